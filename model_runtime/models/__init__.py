@@ -1,0 +1,1 @@
+"""Model files, one per architecture family, with Hugging Face parameter names."""

@@ -1,0 +1,42 @@
+"""Turning a model argument (a folder or a hub id) into a local checkpoint folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+from huggingface_hub.utils import HfHubHTTPError
+
+from model_runtime.errors import CheckpointError
+
+# What a checkpoint needs from a hub repository; nothing else is fetched.
+CHECKPOINT_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
+
+
+def resolve_model(name: str | Path) -> Path:
+    """The local folder that holds the checkpoint ``name``.
+
+    Tried in order: an existing folder; the local Hugging Face cache; the hub
+    itself (unless HF_HUB_OFFLINE=1). The error lists everything tried.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    tried = [f"no folder {path}"]
+    repo_id = str(name)
+    try:
+        return Path(
+            snapshot_download(repo_id, allow_patterns=CHECKPOINT_PATTERNS, local_files_only=True)
+        )
+    except HFValidationError:
+        raise CheckpointError(
+            f"model {repo_id!r}: no such folder, and not a valid hub id"
+        ) from None
+    except LocalEntryNotFoundError:
+        tried.append("not in the local Hugging Face cache")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=CHECKPOINT_PATTERNS))
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
+        tried.append(f"not downloadable from the hub ({type(e).__name__})")
+    raise CheckpointError(f"model {repo_id!r} not found: {'; '.join(tried)}")

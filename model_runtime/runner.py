@@ -1,0 +1,185 @@
+"""Runs one batched forward of a model over a ragged batch and a paged KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from model_runtime.kv_cache import PagedKVCache
+from model_runtime.layers.attention import AttentionMetadata, ForwardContext, causal_masks
+from model_runtime.loader import load_model
+from model_runtime.models.llama import LlamaForCausalLM
+from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
+
+
+@dataclass(frozen=True)
+class SequenceChunk:
+    """The new tokens of one sequence in a ragged batch.
+
+    They are appended after the tokens the cache already holds for ``seq_id``
+    (none for a new sequence). Logits come back for the last ``num_logits`` of
+    them: 1 for a prefill or a decode step, k+1 to verify k drafts.
+    """
+
+    seq_id: int
+    token_ids: Sequence[int]
+    num_logits: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.token_ids:
+            raise ValueError(f"sequence {self.seq_id}: a chunk needs at least one new token")
+        if not 0 <= self.num_logits <= len(self.token_ids):
+            raise ValueError(
+                f"sequence {self.seq_id}: num_logits must be in [0, {len(self.token_ids)}], "
+                f"got {self.num_logits}"
+            )
+
+
+@dataclass
+class PreparedBatch:
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
+    logits_indices: torch.Tensor  # [sum of num_logits]
+    context: ForwardContext
+
+
+class ModelRunner:
+    """A model, its KV cache, and the batched forward over both.
+
+    ``forward`` takes any mix of prefills, decode steps and verify chunks and
+    returns only the logits asked for. Rolling back rejected tokens is
+    ``truncate``; finishing a sequence is ``free``.
+    """
+
+    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, max_positions: int):
+        self.model = model
+        self.kv_cache = kv_cache
+        self.max_positions = max_positions
+        self.device = model.lm_head.weight.device
+        self.vocab_size = model.config.vocab_size
+        self._windows = set(model.config.sliding_windows)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        folder: str | Path,
+        num_blocks: int,
+        block_size: int = 16,
+        dtype: str | torch.dtype = "auto",
+        device: str | torch.device = "cpu",
+        max_model_len: int | None = None,
+        tp: TensorParallelGroup = SINGLE_DEVICE,
+    ) -> ModelRunner:
+        model = load_model(folder, dtype, device, tp, max_model_len)
+        config = model.config
+        max_positions = max_model_len or config.max_position_embeddings
+        kv_cache = PagedKVCache(
+            config.num_hidden_layers,
+            tp.shard_size(config.num_key_value_heads, "num_key_value_heads"),
+            config.head_dim,
+            num_blocks,
+            block_size,
+            model.lm_head.weight.dtype,
+            device,
+        )
+        return cls(model, kv_cache, max_positions)
+
+    @torch.inference_mode()
+    def forward(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
+        """Append every chunk to its sequence and return logits [sum of num_logits, vocab].
+
+        Rows come in chunk order, and within a chunk in position order. If the
+        cache cannot hold the batch, OutOfBlocksError is raised and no
+        sequence has changed.
+        """
+        batch = self._prepare(chunks)
+        hidden = self.model(batch.input_ids, batch.positions, batch.context)
+        return self.model.compute_logits(hidden[batch.logits_indices])
+
+    def truncate(self, seq_id: int, length: int) -> None:
+        self.kv_cache.truncate(seq_id, length)
+
+    def free(self, seq_id: int) -> bool:
+        return self.kv_cache.free(seq_id)
+
+    def _validate(self, chunks: Sequence[SequenceChunk]) -> None:
+        seen: set[int] = set()
+        for chunk in chunks:
+            if chunk.seq_id in seen:
+                raise ValueError(f"sequence {chunk.seq_id} appears twice in one batch")
+            seen.add(chunk.seq_id)
+            bad = [t for t in chunk.token_ids if not 0 <= t < self.vocab_size]
+            if bad:
+                raise ValueError(
+                    f"sequence {chunk.seq_id}: token ids {bad[:5]} are outside the "
+                    f"vocabulary [0, {self.vocab_size})"
+                )
+            end = self.kv_cache.num_tokens(chunk.seq_id) + len(chunk.token_ids)
+            if end > self.max_positions:
+                raise ValueError(
+                    f"sequence {chunk.seq_id} would reach {end} tokens, more than the "
+                    f"maximum model length {self.max_positions}"
+                )
+
+    def _append_all(self, chunks: Sequence[SequenceChunk]) -> list[list[int]]:
+        """Append every chunk to the cache, all or nothing; the slots of each."""
+        done: list[tuple[int, int]] = []  # (seq_id, length before)
+        try:
+            slots = []
+            for chunk in chunks:
+                before = self.kv_cache.num_tokens(chunk.seq_id)
+                slots.append(self.kv_cache.append(chunk.seq_id, len(chunk.token_ids)))
+                done.append((chunk.seq_id, before))
+            return slots
+        except Exception:
+            for seq_id, before in done:
+                if before == 0:
+                    self.kv_cache.free(seq_id)
+                else:
+                    self.kv_cache.truncate(seq_id, before)
+            raise
+
+    def _prepare(self, chunks: Sequence[SequenceChunk]) -> PreparedBatch:
+        """Build the flat inputs and the attention layout on the host, then copy them once."""
+        self._validate(chunks)
+        starts = [self.kv_cache.num_tokens(c.seq_id) for c in chunks]
+        slots = self._append_all(chunks)
+        block_size = self.kv_cache.block_size
+        tables = [self.kv_cache.block_table(c.seq_id) for c in chunks]
+        width = max(len(t) for t in tables)
+        max_q = max(len(c.token_ids) for c in chunks)
+
+        input_ids: list[int] = []
+        positions: list[int] = []
+        query_index: list[list[int]] = []
+        query_positions: list[list[int]] = []
+        padded_index: list[int] = []
+        logits_indices: list[int] = []
+        for b, (chunk, start) in enumerate(zip(chunks, starts, strict=True)):
+            n, offset = len(chunk.token_ids), len(input_ids)
+            input_ids.extend(chunk.token_ids)
+            positions.extend(range(start, start + n))
+            query_index.append(list(range(offset, offset + n)) + [0] * (max_q - n))
+            query_positions.append(list(range(start, start + n)) + [0] * (max_q - n))
+            padded_index.extend(range(b * max_q, b * max_q + n))
+            logits_indices.extend(range(offset + n - chunk.num_logits, offset + n))
+
+        def tensor(data: list) -> torch.Tensor:
+            return torch.tensor(data, dtype=torch.int64, device=self.device)
+
+        metadata = AttentionMetadata(
+            slot_mapping=tensor([s for chunk_slots in slots for s in chunk_slots]),
+            block_tables=tensor([t + [0] * (width - len(t)) for t in tables]),
+            query_index=tensor(query_index),
+            padded_index=tensor(padded_index),
+            masks=causal_masks(tensor(query_positions), width * block_size, self._windows),
+        )
+        return PreparedBatch(
+            input_ids=tensor(input_ids),
+            positions=tensor(positions),
+            logits_indices=tensor(logits_indices),
+            context=ForwardContext(self.kv_cache, metadata),
+        )

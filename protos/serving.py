@@ -1,0 +1,77 @@
+"""Building and stopping specserve's gRPC servers the same way everywhere.
+
+Every server carries the standard ``grpc.health.v1`` service (overall status
+under the empty name and one status per service) and server reflection, so
+stock tools (grpc_health_probe, grpcurl, Kubernetes gRPC probes) work against
+any specserve process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+# (add_XServicer_to_server, servicer, full service name) for each service.
+ServiceBinding = tuple[Callable[[object, grpc.Server], None], object, str]
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass
+class RunningServer:
+    """A started server, the port it is bound to, and its health service."""
+
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    service_names: tuple[str, ...]
+
+    def set_serving(self, serving: bool) -> None:
+        status = SERVING if serving else NOT_SERVING
+        for name in ("", *self.service_names):
+            self.health.set(name, status)
+
+    def stop(self, grace_s: float) -> None:
+        """Report NOT_SERVING, then stop, letting calls in flight finish for ``grace_s``."""
+        self.set_serving(False)
+        self.server.stop(grace_s).wait()
+
+
+def start_server(
+    services: Sequence[ServiceBinding],
+    address: str = "127.0.0.1:0",
+    max_workers: int = 16,
+    serving: bool = True,
+) -> RunningServer:
+    """Start a server for ``services`` on ``address`` (port 0 picks a free port).
+
+    With ``serving=False`` health starts as NOT_SERVING, for a process that is
+    still loading its model; call ``set_serving(True)`` once it is ready.
+    """
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+    names = tuple(name for _, _, name in services)
+    for add, servicer, _ in services:
+        add(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind a gRPC server to {address}")
+    server.start()
+    running = RunningServer(server, port, health_servicer, names)
+    running.set_serving(serving)
+    return running

@@ -1,0 +1,61 @@
+"""Command-line flags built from config dataclasses, so help is written once.
+
+Each field becomes ``--field-name`` and, for names with underscores, also
+``--field_name`` (vLLM accepts both spellings). Field metadata may carry
+``help``, ``aliases`` (extra flags such as ``-tp``), ``choices`` and
+``positional`` (a positional argument, optional when the field has a default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _scalar_type(hint: Any) -> Any:
+    """int for ``int | None``; the hint itself for plain types."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        assert len(args) == 1, f"unsupported flag type {hint}"
+        return args[0]
+    return hint
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
+    """Add one flag (or positional) per field of the dataclass ``config_cls``."""
+    hints = typing.get_type_hints(config_cls)
+    for f in dataclasses.fields(config_cls):
+        kind = _scalar_type(hints[f.name])
+        has_default = f.default is not dataclasses.MISSING
+        options: dict[str, Any] = {"help": f.metadata.get("help", "")}
+        if has_default:
+            options["default"] = f.default
+            if options["help"]:
+                options["help"] += f" (default: {f.default})"
+        if "choices" in f.metadata:
+            options["choices"] = f.metadata["choices"]
+        if f.metadata.get("positional"):
+            if has_default:
+                options["nargs"] = "?"
+            parser.add_argument(f.name, type=kind, **options)
+            continue
+        names = [*f.metadata.get("aliases", ()), "--" + f.name.replace("_", "-")]
+        if "_" in f.name:
+            names.append("--" + f.name)
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = kind
+            options["metavar"] = f.name.upper()
+        parser.add_argument(*names, dest=f.name, required=not has_default, **options)
+
+
+def config_from_args(config_cls: type[T], args: argparse.Namespace) -> T:
+    """Build ``config_cls`` from parsed arguments; its own validation runs."""
+    names = [f.name for f in dataclasses.fields(config_cls)]  # type: ignore[arg-type]
+    return config_cls(**{name: getattr(args, name) for name in names})

@@ -1,0 +1,7 @@
+"""specserve: speculative decoding with a separate draft model.
+
+The public face: the ``specserve`` command (``specserve.cli``); the offline
+``LLM`` API and ``SamplingParams`` come with the engine.
+"""
+
+__version__ = "0.1.0"

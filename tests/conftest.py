@@ -1,0 +1,65 @@
+"""Shared fixtures: tiny random checkpoints of every supported architecture,
+saved by transformers, and transformers' own logits to compare against."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # no hub is reachable; never try it
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from model_runtime.random_checkpoint import save_random_checkpoint
+
+# Each architecture with the settings that exercise its own code paths.
+ARCHITECTURES = {
+    # biases on q/k/v/o and the MLP; llama3 rope scaling
+    "LlamaForCausalLM": {
+        "attention_bias": True,
+        "mlp_bias": True,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    },
+    # a sliding window shorter than the test sequences
+    "MistralForCausalLM": {"sliding_window": 7},
+    # q/k/v biases, no o bias
+    "Qwen2ForCausalLM": {},
+    # q/k norms, tied embeddings
+    "Qwen3ForCausalLM": {"tie_word_embeddings": True},
+}
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {
+        arch: save_random_checkpoint(root / arch, arch, **overrides)
+        for arch, overrides in ARCHITECTURES.items()
+    }
+
+
+@pytest.fixture(scope="session")
+def qwen3_checkpoint(checkpoints: dict[str, Path]) -> Path:
+    return checkpoints["Qwen3ForCausalLM"]
+
+
+def hf_logits(folder: Path, token_ids: list[int]) -> torch.Tensor:
+    """transformers' float32 logits [len(token_ids), vocab] for one sequence."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.tensor([token_ids])).logits[0]
+
+
+def random_tokens(n: int, seed: int, vocab_size: int = 512) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab_size, (n,), generator=generator).tolist()

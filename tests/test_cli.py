@@ -1,0 +1,92 @@
+"""The ``specserve`` command, run as a user runs it: a real process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+PROMPT = "def fibonacci(n):"
+
+
+def specserve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "specserve", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=full_env,
+    )
+
+
+def transformers_greedy(folder: Path, prompt: str, max_tokens: int) -> str:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([tokenizer.encode(prompt)])
+    out = model.generate(ids, max_new_tokens=max_tokens, do_sample=False)
+    return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+def test_generate_prints_the_greedy_continuation_of_transformers(qwen3_checkpoint: Path) -> None:
+    result = specserve(
+        "generate",
+        "--model",
+        str(qwen3_checkpoint),
+        PROMPT,
+        "--max-tokens",
+        "24",
+        "--dtype",
+        "float32",
+        "--max_model_len",
+        "128",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout[:-1] == transformers_greedy(qwen3_checkpoint, PROMPT, 24)
+
+
+def test_generate_finds_a_hub_id_in_the_local_cache(qwen3_checkpoint: Path, tmp_path: Path) -> None:
+    # The layout huggingface_hub keeps: refs/main names a snapshot folder.
+    repo = tmp_path / "hub" / "models--acme--tiny-qwen3"
+    shutil.copytree(qwen3_checkpoint, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    result = specserve(
+        "generate",
+        "--model",
+        "acme/tiny-qwen3",
+        PROMPT,
+        "--max-tokens",
+        "4",
+        env={"HF_HUB_CACHE": str(tmp_path / "hub")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout[:-1] == transformers_greedy(qwen3_checkpoint, PROMPT, 4)
+
+
+def test_generate_names_a_model_it_cannot_find(tmp_path: Path) -> None:
+    result = specserve(
+        "generate", "--model", "acme/no-such-model", PROMPT, env={"HF_HUB_CACHE": str(tmp_path)}
+    )
+    assert result.returncode == 2
+    assert "model 'acme/no-such-model' not found" in result.stderr
+    assert "not in the local Hugging Face cache" in result.stderr
+
+
+def test_generate_refuses_bad_arguments_with_a_message(qwen3_checkpoint: Path) -> None:
+    result = specserve("generate", "--model", str(qwen3_checkpoint), PROMPT, "--max-tokens", "0")
+    assert result.returncode == 2
+    assert "max_tokens must be >= 1, got 0" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "router", "draft-worker", "target-worker"])
+def test_later_commands_say_they_are_not_yet_available(command: str) -> None:
+    result = specserve(command, "--port", "8000")
+    assert result.returncode == 2
+    assert "is not yet available" in result.stderr
