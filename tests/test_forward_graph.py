@@ -6,28 +6,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from model_runtime import ModelRunner, SequenceChunk
 from tests.conftest import random_tokens
 
 
-def test_verify_step_compiles_without_graph_breaks(checkpoints: dict[str, Path]) -> None:
-    # Mistral has a sliding window, Qwen3 q/k norms: both paths must stay traceable.
-    for arch in ("MistralForCausalLM", "Qwen3ForCausalLM"):
-        runner = ModelRunner.from_pretrained(
-            checkpoints[arch], num_blocks=32, block_size=4, dtype="float32"
-        )
-        runner.forward(
-            [SequenceChunk(1, random_tokens(9, 1)), SequenceChunk(2, random_tokens(5, 2))]
-        )
-        batch = runner._prepare([SequenceChunk(1, [3, 4, 5]), SequenceChunk(2, [6, 7, 8])])
+# Mistral has a sliding window, Qwen3 q/k norms: both paths must stay traceable.
+@pytest.mark.parametrize("arch", ["MistralForCausalLM", "Qwen3ForCausalLM"])
+def test_verify_step_compiles_without_graph_breaks(checkpoints: dict[str, Path], arch: str) -> None:
+    runner = ModelRunner.from_pretrained(
+        checkpoints[arch], num_blocks=32, block_size=4, dtype="float32"
+    )
+    runner.forward([SequenceChunk(1, random_tokens(9, 1)), SequenceChunk(2, random_tokens(5, 2))])
+    batch = runner._prepare([SequenceChunk(1, [3, 4, 5]), SequenceChunk(2, [6, 7, 8])])
 
-        def step(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            return runner.model.compute_logits(runner.model(ids, pos, batch.context))
+    def step(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return runner.model.compute_logits(runner.model(ids, pos, batch.context))
 
-        # fullgraph=True raises on any graph break (.item(), data-dependent if, ...).
-        compiled = torch.compile(step, backend="eager", fullgraph=True)
-        with torch.inference_mode():
-            logits = compiled(batch.input_ids, batch.positions)
-        assert logits.shape == (6, runner.vocab_size)
+    # fullgraph=True raises on any graph break (.item(), data-dependent if, ...).
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    with torch.inference_mode():
+        logits = compiled(batch.input_ids, batch.positions)
+    assert logits.shape == (6, runner.vocab_size)
