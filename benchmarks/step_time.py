@@ -110,16 +110,15 @@ def measure(runner: ModelRunner, batch: int, new_tokens: int, context: int) -> d
     host = []
     for _ in range(10):
         t0 = time.perf_counter()
-        prepared = runner._prepare(chunks)
+        prepared = runner.prepare(chunks)
         torch.cuda.synchronize()
         host.append((time.perf_counter() - t0) * 1e3)
         for s in seqs:
             runner.truncate(s, context)
-    prepared = runner._prepare(chunks)
+    prepared = runner.prepare(chunks)
 
     def step() -> torch.Tensor:
-        hidden = runner.model(prepared.input_ids, prepared.positions, prepared.context)
-        return runner.model.compute_logits(hidden[prepared.logits_indices])
+        return runner.execute(prepared)
 
     with torch.inference_mode():
         eager_out = step().float()

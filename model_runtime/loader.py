@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -34,14 +36,29 @@ def load_model(
     folder = Path(folder)
     config = ModelConfig.from_pretrained(folder)
     torch_dtype = resolve_dtype(dtype, config.hf_config)
-    with torch.device(device):
+    # Parameters are made directly in their final dtype and device, so a
+    # model never needs twice its memory while loading. (Rotary tables are
+    # made float32 explicitly and stay so.)
+    with default_dtype(torch_dtype), torch.device(device):
         model = MODELS[config.architecture](
             config, tp, max_positions or config.max_position_embeddings
         )
-    model.to(dtype=torch_dtype)
-    model.rotary.float()  # cos/sin tables stay float32, cast where they are used
     load_weights(model, folder)
     return model.eval()
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Make ``dtype`` torch's default while building a model, then restore it.
+
+    torch's default dtype is process-wide: build models from one thread.
+    """
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _parameter_for(model: LlamaForCausalLM, name: str) -> tuple[str, str | int | None]:

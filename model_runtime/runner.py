@@ -95,7 +95,15 @@ class ModelRunner:
         cache cannot hold the batch, OutOfBlocksError is raised and no
         sequence has changed.
         """
-        batch = self._prepare(chunks)
+        return self.execute(self.prepare(chunks))
+
+    def execute(self, batch: PreparedBatch) -> torch.Tensor:
+        """Run the forward of a prepared batch: device work only, no host sync.
+
+        Replaying the same batch recomputes the same logits (its keys and
+        values are written to the same slots), which is what a CUDA graph
+        captures.
+        """
         hidden = self.model(batch.input_ids, batch.positions, batch.context)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
@@ -142,8 +150,13 @@ class ModelRunner:
                     self.kv_cache.truncate(seq_id, before)
             raise
 
-    def _prepare(self, chunks: Sequence[SequenceChunk]) -> PreparedBatch:
-        """Build the flat inputs and the attention layout on the host, then copy them once."""
+    def prepare(self, chunks: Sequence[SequenceChunk]) -> PreparedBatch:
+        """Append every chunk to the cache and lay the batch out for ``execute``.
+
+        The flat inputs and the attention layout are built on the host and
+        copied to the device once. All or nothing: on an error (a bad chunk,
+        OutOfBlocksError) no sequence has changed.
+        """
         self._validate(chunks)
         starts = [self.kv_cache.num_tokens(c.seq_id) for c in chunks]
         slots = self._append_all(chunks)

@@ -20,13 +20,10 @@ def test_verify_step_compiles_without_graph_breaks(checkpoints: dict[str, Path],
         checkpoints[arch], num_blocks=32, block_size=4, dtype="float32"
     )
     runner.forward([SequenceChunk(1, random_tokens(9, 1)), SequenceChunk(2, random_tokens(5, 2))])
-    batch = runner._prepare([SequenceChunk(1, [3, 4, 5]), SequenceChunk(2, [6, 7, 8])])
-
-    def step(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return runner.model.compute_logits(runner.model(ids, pos, batch.context))
+    batch = runner.prepare([SequenceChunk(1, [3, 4, 5], 3), SequenceChunk(2, [6, 7, 8], 3)])
 
     # fullgraph=True raises on any graph break (.item(), data-dependent if, ...).
-    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    compiled = torch.compile(runner.execute, backend="eager", fullgraph=True)
     with torch.inference_mode():
-        logits = compiled(batch.input_ids, batch.positions)
+        logits = compiled(batch)
     assert logits.shape == (6, runner.vocab_size)

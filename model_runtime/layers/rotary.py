@@ -33,7 +33,7 @@ def rope_frequencies(hf_config: PretrainedConfig, head_dim: int) -> tuple[torch.
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
         return 1.0 / (base**exponents), 1.0
     inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf_config, torch.device("cpu"))
-    return inv_freq, float(scaling)
+    return inv_freq.float(), float(scaling)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -44,6 +44,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     def __init__(self, inv_freq: torch.Tensor, scaling: float, max_positions: int):
         super().__init__()
+        inv_freq = inv_freq.to(dtype=torch.float32, device=torch.get_default_device())
         freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)  # [max_positions, head_dim]
         self.cos: torch.Tensor
