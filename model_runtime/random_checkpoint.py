@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from model_runtime.bpe import EOS_TOKEN, train_tokenizer
 from model_runtime.config import DTYPES
 
 MODEL_TYPES = {
@@ -28,8 +28,6 @@ MODEL_TYPES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
 }
-
-EOS_TOKEN = "<|endoftext|>"
 
 # Small enough for tests on two CPU cores, large enough that every code path
 # (grouped-query attention, several layers, several KV blocks) is exercised.
@@ -52,23 +50,6 @@ def stdlib_corpus(files: tuple[str, ...] = CORPUS_FILES) -> Iterator[str]:
     root = Path(sysconfig.get_paths()["stdlib"])
     for name in files:
         yield (root / name).read_text(encoding="utf-8")
-
-
-def train_tokenizer(vocab_size: int, corpus: Iterator[str]) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer of at most ``vocab_size`` tokens, EOS included."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(corpus, trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN
-    )
 
 
 def save_random_checkpoint(

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from model_runtime import ModelRunner, SequenceChunk
 from model_runtime.config import DTYPES
-from model_runtime.resolve import resolve_model
+from model_runtime.resolve import DEFAULT_TARGET, resolve_model
 
 
 def default_device() -> str:
@@ -23,10 +23,11 @@ def default_device() -> str:
 
 @dataclass(frozen=True)
 class GenerateConfig:
-    model: str = field(
-        metadata={"help": "checkpoint folder (config.json, safetensors, tokenizer) or hub id"}
-    )
     prompt: str = field(metadata={"help": "text to continue", "positional": True})
+    model: str = field(
+        default=DEFAULT_TARGET,
+        metadata={"help": "checkpoint folder, bundled model name or hub id"},
+    )
     max_tokens: int = field(default=64, metadata={"help": "tokens to generate at most"})
     dtype: str = field(
         default="auto",
