@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # no hub is reachable; never try it
+# Triton kernels run on the CPU through the interpreter (set before they are defined).
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from pathlib import Path
 

@@ -1,0 +1,159 @@
+"""Per-request sampling: the parameters, their batched form, the processed
+distribution they define, and reproducible randomness.
+
+Draft and target apply exactly the same processing to their logits, so the
+draft proposes from q and the target verifies against p under one definition:
+temperature first, then top-k, then top-p on what top-k kept, then min-p (the
+order transformers' logits warpers apply them in).
+
+Randomness for a request with a seed comes from a generator seeded by (seed,
+position, stream), so a request's draws depend neither on its neighbours in
+the batch nor on which worker computes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+# Temperatures below this are greedy.
+GREEDY_EPSILON = 1e-5
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How one sequence samples. temperature 0 means greedy (argmax)."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 or -1: keep every token
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < -1:
+            raise ValueError(f"top_k must be -1, 0 (off) or positive, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPSILON
+
+
+@dataclass
+class SamplingTensors:
+    """Sampling parameters of N rows (one row per position to sample), on the device."""
+
+    temperature: torch.Tensor  # [N] float32; 1.0 on greedy rows
+    top_k: torch.Tensor  # [N] int64; vocab size where off
+    top_p: torch.Tensor  # [N] float32
+    min_p: torch.Tensor  # [N] float32
+    greedy: torch.Tensor  # [N] bool
+    needs_sort: bool  # some row uses top-k or top-p (known on the host)
+    needs_min_p: bool
+
+    @classmethod
+    def build(
+        cls,
+        options: Sequence[SamplingOptions],
+        repeats: Sequence[int],
+        vocab_size: int,
+        device: torch.device,
+    ) -> SamplingTensors:
+        """Row i of the result holds ``options[j]`` for ``repeats[j]`` consecutive rows."""
+        rows = [(o, r) for o, r in zip(options, repeats, strict=True)]
+
+        def column(values: list, dtype: torch.dtype) -> torch.Tensor:
+            flat = [v for (o, r), v in zip(rows, values, strict=True) for _ in range(r)]
+            return torch.tensor(flat, dtype=dtype, device=device)
+
+        top_k = [o.top_k if 0 < o.top_k < vocab_size else vocab_size for o in options]
+        return cls(
+            temperature=column(
+                [1.0 if o.greedy else o.temperature for o in options], torch.float32
+            ),
+            top_k=column(top_k, torch.int64),
+            top_p=column([o.top_p for o in options], torch.float32),
+            min_p=column([o.min_p for o in options], torch.float32),
+            greedy=column([o.greedy for o in options], torch.bool),
+            needs_sort=any(o.top_p < 1 or 0 < o.top_k < vocab_size for o in options),
+            needs_min_p=any(o.min_p > 0 for o in options),
+        )
+
+
+def processed_probs(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    """logits [N, V] -> probabilities [N, V] (float32) after temperature, top-k,
+    top-p and min-p. Greedy rows get the plain softmax; callers take their argmax."""
+    probs = torch.softmax(logits.float() / params.temperature.unsqueeze(1), dim=-1)
+    if params.needs_sort:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        rank = torch.arange(probs.shape[1], device=probs.device)
+        kept = rank < params.top_k.unsqueeze(1)  # top-k
+        sorted_probs = sorted_probs * kept
+        # top-p on what top-k kept: keep a token while the mass before it is below p.
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        total = sorted_probs.sum(-1, keepdim=True)
+        sorted_probs = sorted_probs * (mass_before < params.top_p.unsqueeze(1) * total)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    if params.needs_min_p:
+        threshold = params.min_p.unsqueeze(1) * probs.amax(-1, keepdim=True)
+        probs = probs * (probs >= threshold)
+    return probs / probs.sum(-1, keepdim=True)
+
+
+def stream_seed(seed: int, position: int, stream: str) -> int:
+    """A 63-bit generator seed for one request's draws at one position."""
+    digest = hashlib.blake2b(f"{seed}:{position}:{stream}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+class RowRandomness:
+    """Random draws for the rows of a batch: a seeded row from its own
+    generator (seed, position, stream), the others from the worker's generator."""
+
+    def __init__(self, device: torch.device, seed: int = 0):
+        self.device = device
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(seed)
+
+    def _generator(self, seed: int | None, position: int, stream: str) -> torch.Generator:
+        if seed is None:
+            return self.generator
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(stream_seed(seed, position, stream))
+        return generator
+
+    def uniform(self, rows: Sequence[tuple[int | None, int, int]], stream: str) -> torch.Tensor:
+        """float64 uniforms in [0, 1): ``count`` per (seed, position, count) row, flat."""
+        parts = [
+            torch.rand(
+                count,
+                dtype=torch.float64,
+                device=self.device,
+                generator=self._generator(seed, position, stream),
+            )
+            for seed, position, count in rows
+        ]
+        return (
+            torch.cat(parts) if parts else torch.empty(0, dtype=torch.float64, device=self.device)
+        )
+
+    def exponential(
+        self, rows: Sequence[tuple[int | None, int]], vocab_size: int, stream: str
+    ) -> torch.Tensor:
+        """Exp(1) noise [len(rows), vocab_size]: argmax(probs / noise) samples from probs."""
+        noise = torch.empty(len(rows), vocab_size, device=self.device)
+        for i, (seed, position) in enumerate(rows):
+            noise[i].exponential_(generator=self._generator(seed, position, stream))
+        # A draw of exactly 0 would divide by zero; the change in distribution is nil.
+        return noise.clamp_min_(torch.finfo(torch.float32).tiny)
