@@ -13,6 +13,11 @@ from model_runtime.layers.attention import AttentionMetadata, ForwardContext, ca
 from model_runtime.loader import load_model
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.status import OK, SequenceStatus, StatusCode
+
+
+class SequenceNotFoundError(KeyError):
+    """The KV cache holds no tokens of a sequence that should have some."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,73 @@ class ModelRunner:
 
     def truncate(self, seq_id: int, length: int) -> None:
         self.kv_cache.truncate(seq_id, length)
+
+    def rewind(self, seq_id: int, cached_len: int) -> None:
+        """Make ``seq_id`` hold exactly its first ``cached_len`` tokens.
+
+        ``cached_len == 0`` starts the sequence afresh. Raises
+        SequenceNotFoundError when the cache holds nothing for a sequence
+        expected to have tokens, ValueError when it holds fewer than expected.
+        """
+        held = self.kv_cache.num_tokens(seq_id)
+        if cached_len == 0:
+            self.kv_cache.free(seq_id)
+        elif seq_id not in self.kv_cache:
+            raise SequenceNotFoundError(f"sequence {seq_id} is not in this worker's KV cache")
+        elif cached_len > held:
+            raise ValueError(
+                f"sequence {seq_id}: cached_len {cached_len} exceeds the {held} tokens held"
+            )
+        else:
+            self.kv_cache.truncate(seq_id, cached_len)
+
+    def admit(
+        self, requests: Sequence[tuple[int, int, Sequence[int], int]]
+    ) -> list[SequenceStatus]:
+        """Check and rewind each sequence of a batch before its forward.
+
+        Each request is (seq_id, cached_len, new token ids, extra tokens the
+        step will append later, such as drafts). A sequence that is unknown,
+        malformed, too long or does not fit in the free blocks left by the ones
+        before it gets a status other than OK and must be left out of the batch.
+        """
+        statuses = []
+        free = self.kv_cache.num_free_blocks
+        for seq_id, cached_len, token_ids, extra in requests:
+            try:
+                self.rewind(seq_id, cached_len)
+            except SequenceNotFoundError as e:
+                statuses.append(SequenceStatus(StatusCode.NOT_FOUND, str(e.args[0])))
+                continue
+            except ValueError as e:
+                statuses.append(SequenceStatus(StatusCode.INVALID_ARGUMENT, str(e)))
+                continue
+            total = cached_len + len(token_ids) + extra
+            bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+            if not token_ids or bad or total > self.max_positions:
+                problem = (
+                    "no new tokens"
+                    if not token_ids
+                    else f"token ids {bad[:5]} outside [0, {self.vocab_size})"
+                    if bad
+                    else f"{total} tokens exceed the maximum model length {self.max_positions}"
+                )
+                statuses.append(
+                    SequenceStatus(StatusCode.INVALID_ARGUMENT, f"sequence {seq_id}: {problem}")
+                )
+                continue
+            needed = self.kv_cache.blocks_needed(seq_id, len(token_ids) + extra)
+            if needed > free:
+                statuses.append(
+                    SequenceStatus(
+                        StatusCode.RESOURCE_EXHAUSTED,
+                        f"sequence {seq_id} needs {needed} KV blocks, {free} are free",
+                    )
+                )
+                continue
+            free -= needed
+            statuses.append(OK)
+        return statuses
 
     def free(self, seq_id: int) -> bool:
         return self.kv_cache.free(seq_id)

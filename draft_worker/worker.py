@@ -1,0 +1,106 @@
+"""DraftWorker: holds the draft model and proposes k tokens per sequence.
+
+For a batch it rewinds each sequence to the tokens the router says are still
+valid, appends the tokens it is sent, then runs k batched autoregressive steps.
+Each step samples under the request's own parameters from the draft's
+processed distribution truncated to its top-N tokens and renormalised; that
+truncated q is exactly what the token was drawn from, and it is returned with
+the token (rejection sampling is lossless for any q). Afterwards the sequence
+holds its tokens and the first k-1 drafts (the k-th was never fed back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
+from protos.messages import OK, Proposal, ProposeRequest
+
+
+@dataclass(frozen=True)
+class DraftWorkerConfig:
+    top_n: int = 32  # tokens of q shipped per draft position
+    seed: int = 0  # for requests without a seed of their own
+
+    def __post_init__(self) -> None:
+        if self.top_n < 1:
+            raise ValueError(f"top_n must be >= 1, got {self.top_n}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+class DraftWorker:
+    def __init__(self, runner: ModelRunner, config: DraftWorkerConfig = DraftWorkerConfig()):
+        self.runner = runner
+        self.device = runner.device
+        self.top_n = min(config.top_n, runner.vocab_size)
+        self.randomness = RowRandomness(self.device, config.seed + 1)
+
+    @torch.inference_mode()
+    def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
+        if k < 1:
+            raise ValueError(f"the number of draft tokens must be >= 1, got {k}")
+        statuses = self.runner.admit(
+            [(r.tokens.seq_id, r.tokens.cached_len, r.tokens.token_ids, k - 1) for r in requests]
+        )
+        batch = [r for r, s in zip(requests, statuses, strict=True) if s.ok]
+        proposals = iter(self._propose_batch(batch, k) if batch else [])
+        return [
+            next(proposals) if s.ok else Proposal(r.tokens.seq_id, s)
+            for r, s in zip(requests, statuses, strict=True)
+        ]
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        return sum(self.runner.free(s) for s in seq_ids)
+
+    def _propose_batch(self, batch: Sequence[ProposeRequest], k: int) -> list[Proposal]:
+        params = SamplingTensors.build(
+            [r.sampling for r in batch], [1] * len(batch), self.runner.vocab_size, self.device
+        )
+        greedy = params.greedy.unsqueeze(1)  # [B, 1]
+        seeds = [r.sampling.seed for r in batch]
+        position = [r.tokens.cached_len + len(r.tokens.token_ids) for r in batch]
+        chunks = [SequenceChunk(r.tokens.seq_id, r.tokens.token_ids) for r in batch]
+        tokens, ids, probs = [], [], []
+        for step in range(k):
+            logits = self.runner.forward(chunks)  # [B, V]
+            step_ids, step_probs = self._truncated_q(logits, params, greedy)
+            noise = self.randomness.exponential(
+                [(s, p + step) for s, p in zip(seeds, position, strict=True)], self.top_n, "draft"
+            )
+            choice = (step_probs / noise).argmax(-1, keepdim=True)  # [B, 1]
+            drafted = step_ids.gather(1, choice).squeeze(1)  # [B]
+            tokens.append(drafted)
+            ids.append(step_ids)
+            probs.append(step_probs)
+            if step + 1 < k:
+                chunks = [
+                    SequenceChunk(c.seq_id, [int(t)])
+                    for c, t in zip(chunks, drafted.tolist(), strict=True)
+                ]
+        drafts = torch.stack(tokens, 1).tolist()  # [B, k]
+        all_ids, all_probs = torch.stack(ids, 1), torch.stack(probs, 1)  # [B, k, N]
+        return [
+            Proposal(r.tokens.seq_id, OK, drafts[b], all_ids[b], all_probs[b])
+            for b, r in enumerate(batch)
+        ]
+
+    def _truncated_q(
+        self, logits: torch.Tensor, params: SamplingTensors, greedy: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [B, V] -> the top-N support [B, N] and q renormalised on it [B, N].
+
+        Greedy rows put all mass on their argmax (the first of the support).
+        """
+        q = processed_probs(logits, params)
+        top, ids = q.topk(self.top_n, dim=-1)
+        top = top / top.sum(-1, keepdim=True)
+        one_hot = torch.zeros_like(top)
+        one_hot[:, 0] = 1.0
+        greedy_ids = ids.clone()
+        greedy_ids[:, 0] = logits.argmax(-1)
+        return torch.where(greedy, greedy_ids, ids), torch.where(greedy, one_hot, top)

@@ -1,0 +1,42 @@
+"""Incremental detokenization: text grows as tokens arrive, never re-decoding
+more than a few tokens, and holding back bytes of a character not yet complete."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from transformers import PreTrainedTokenizerBase
+
+# Prompt tokens decoded with the first output tokens, so that word boundaries
+# (a leading space, say) come out as they would in the whole text.
+CONTEXT_TOKENS = 4
+
+
+class IncrementalDetokenizer:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        prompt_ids: Sequence[int],
+        skip_special_tokens: bool = True,
+    ):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.ids = list(prompt_ids[-CONTEXT_TOKENS:])
+        self.prefix_offset = 0  # start of the window that is decoded again
+        self.read_offset = len(self.ids)  # tokens before this are in self.text
+        self.text = ""
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=self.skip_special_tokens))
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes (possibly empty)."""
+        self.ids.append(token_id)
+        before = self._decode(self.ids[self.prefix_offset : self.read_offset])
+        after = self._decode(self.ids[self.prefix_offset :])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""  # a special token, or part of a multi-byte character
+        new = after[len(before) :]
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        self.text += new
+        return new

@@ -1,0 +1,85 @@
+"""The router's state of one sequence (one completion of one request): its
+tokens, what each worker holds of them, its text, and when it stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model_runtime.sampling import SamplingOptions
+from router.detokenizer import IncrementalDetokenizer
+from router.params import SamplingParams
+
+
+@dataclass
+class SpeculationCounts:
+    num_drafts: int = 0  # rounds that verified at least one draft
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+
+@dataclass
+class SequenceState:
+    seq_id: int
+    request_id: str
+    index: int  # which of the request's n completions
+    prompt_ids: list[int]
+    params: SamplingParams
+    options: SamplingOptions
+    detokenizer: IncrementalDetokenizer
+    eos_token_id: int | None
+    max_model_len: int
+    output_ids: list[int] = field(default_factory=list)
+    target_cached: int = 0  # tokens of all_ids the target worker holds
+    draft_cached: int = 0  # tokens of all_ids the draft worker holds
+    finish_reason: str | None = None  # "stop" or "length" (or "abort")
+    stop_reason: int | str | None = None
+    counts: SpeculationCounts = field(default_factory=SpeculationCounts)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def text(self) -> str:
+        return self.detokenizer.text
+
+    def reset_workers(self) -> None:
+        """Forget what the workers held (preempted or lost): recompute from tokens."""
+        self.target_cached = self.draft_cached = 0
+
+    def append(self, token_ids: list[int]) -> None:
+        """Append generated tokens one by one until one of them finishes the sequence."""
+        p = self.params
+        for token in token_ids:
+            self.output_ids.append(token)
+            self.detokenizer.push(token)
+            if p.stop_token_ids and token in p.stop_token_ids:
+                self.finish_reason, self.stop_reason = "stop", token
+            elif token == self.eos_token_id and not p.ignore_eos:
+                self.finish_reason = "stop"
+            elif self._cut_at_stop_string():
+                self.finish_reason = "stop"
+            elif p.max_tokens is not None and len(self.output_ids) >= p.max_tokens:
+                self.finish_reason = "length"
+            elif self.num_tokens >= self.max_model_len:
+                self.finish_reason = "length"
+            if self.finished:
+                return
+
+    def _cut_at_stop_string(self) -> bool:
+        text = self.detokenizer.text
+        for stop in self.params.stop_strings:
+            at = text.find(stop)
+            if at >= 0:
+                self.detokenizer.text = text[:at]
+                self.stop_reason = stop
+                return True
+        return False

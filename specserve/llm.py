@@ -1,0 +1,106 @@
+"""The offline API: ``LLM(model, speculative_config=...).generate(prompts, params)``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from router.config import EngineConfig, SpeculativeConfig
+from router.engine import LLMEngine
+from router.outputs import RequestOutput
+from router.params import SamplingParams
+from router.sequence import SequenceState
+
+logger = logging.getLogger(__name__)
+
+# A prompt: text, or {"prompt_token_ids": [...]} (optionally with "prompt").
+PromptType = str | dict[str, Any]
+
+
+class LLM:
+    """A target model, optionally sped up by a draft model, in this process.
+
+    Arguments follow vLLM's ``LLM``: ``model`` (a folder, a hub id or a bundled
+    name), ``tensor_parallel_size``, ``speculative_config`` (``{"model": ...,
+    "num_speculative_tokens": k, "method": "draft_model"}``), ``max_model_len``,
+    ``gpu_memory_utilization``, ``seed``, ``dtype``; plus ``device``,
+    ``cpu_memory_bytes`` (the byte budget for weights and KV caches on CPUs),
+    ``block_size``, ``max_num_seqs`` and ``draft_top_n``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        tensor_parallel_size: int = 1,
+        speculative_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        unknown = sorted(set(kwargs) - EngineConfig.field_names())
+        if unknown:
+            raise TypeError(f"LLM() got unknown arguments: {', '.join(unknown)}")
+        speculative = (
+            SpeculativeConfig.from_dict(speculative_config) if speculative_config else None
+        )
+        self.config = EngineConfig(
+            model=model,
+            tensor_parallel_size=tensor_parallel_size,
+            speculative=speculative,
+            **kwargs,
+        )
+        self.engine = LLMEngine(self.config)
+        self._next_request = 0
+
+    def get_tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Complete every prompt; outputs come back in the order of the prompts."""
+        if isinstance(prompts, str | dict):
+            prompts = [prompts]
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        if isinstance(sampling_params, SamplingParams):
+            sampling_params = [sampling_params] * len(prompts)
+        if len(sampling_params) != len(prompts):
+            raise ValueError(
+                f"got {len(prompts)} prompts but {len(sampling_params)} sampling_params"
+            )
+        requests: list[tuple[str | None, list[SequenceState]]] = []
+        for prompt, params in zip(prompts, sampling_params, strict=True):
+            text, ids = self._tokenize(prompt)
+            request_id = str(self._next_request)
+            self._next_request += 1
+            requests.append((text, self.engine.add_request(request_id, ids, params)))
+        with tqdm(total=len(requests), desc="Processed prompts", disable=not use_tqdm) as bar:
+            pending = {r: len(seqs) for r, (_, seqs) in enumerate(requests)}
+            owner = {s.seq_id: r for r, (_, seqs) in enumerate(requests) for s in seqs}
+            while self.engine.has_unfinished():
+                for seq in self.engine.step():
+                    pending[owner[seq.seq_id]] -= 1
+                    if not pending[owner[seq.seq_id]]:
+                        bar.update(1)
+        if self.engine.k:
+            logger.info(self.engine.metrics.summary())
+        return [RequestOutput.from_sequences(text, seqs) for text, seqs in requests]
+
+    def get_metrics(self) -> dict[str, object]:
+        """Speculation counters since this LLM was built."""
+        return self.engine.metrics.as_dict()
+
+    def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            return prompt, list(self.engine.tokenizer.encode(prompt))
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return prompt.get("prompt"), list(prompt["prompt_token_ids"])
+        raise ValueError(
+            'a prompt must be a string or a dict with "prompt_token_ids", '
+            f"got {type(prompt).__name__}"
+        )
