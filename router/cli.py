@@ -20,7 +20,10 @@ NOT_YET_AVAILABLE = {
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    print(generate(config_from_args(GenerateConfig, args)))
+    text, summary = generate(config_from_args(GenerateConfig, args))
+    print(text)
+    if summary:
+        print(summary, file=sys.stderr)
     return 0
 
 
@@ -38,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     gen = commands.add_parser(
-        "generate", help="print a greedy continuation of a prompt from one model"
+        "generate", help="complete a prompt (greedy by default), with speculation if configured"
     )
     add_config_arguments(gen, GenerateConfig)
     gen.set_defaults(run=_run_generate)

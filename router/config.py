@@ -91,6 +91,7 @@ class EngineConfig:
     max_num_seqs: int = 256
     draft_top_n: int = 32
     tensor_parallel_size: int = 1
+    num_kv_blocks_override: int | None = None  # skip the memory budget (tests, benchmarks)
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:

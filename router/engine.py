@@ -52,17 +52,7 @@ class LLMEngine:
         self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams
     ) -> list[SequenceState]:
         """Queue ``params.n`` completions of a tokenized prompt; return their states."""
-        if not prompt_ids:
-            raise ValueError(f"request {request_id}: the prompt is empty")
-        if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(
-                f"request {request_id}: the prompt has {len(prompt_ids)} tokens; the maximum "
-                f"model length is {self.max_model_len}, leaving no room to generate"
-            )
-        vocab = self.workers.target.vocab_size
-        bad = [t for t in prompt_ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"request {request_id}: token ids {bad[:5]} outside [0, {vocab})")
+        self.check_prompt(request_id, prompt_ids)
         states = [
             SequenceState(
                 seq_id=next(self._seq_ids),
@@ -81,6 +71,20 @@ class LLMEngine:
         ]
         self.waiting.extend(states)
         return states
+
+    def check_prompt(self, request_id: str, prompt_ids: Sequence[int]) -> None:
+        """Raise ValueError, naming the request, for a prompt this engine cannot serve."""
+        if not prompt_ids:
+            raise ValueError(f"request {request_id}: the prompt is empty")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(
+                f"request {request_id}: the prompt has {len(prompt_ids)} tokens; the maximum "
+                f"model length is {self.max_model_len}, leaving no room to generate"
+            )
+        vocab = self.workers.target.vocab_size
+        bad = [t for t in prompt_ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"request {request_id}: token ids {bad[:5]} outside [0, {vocab})")
 
     def abort(self, request_id: str) -> None:
         for seq in [s for s in self.running if s.request_id == request_id]:

@@ -1,24 +1,31 @@
-"""``specserve generate``: a greedy continuation from the target model alone.
-
-The smallest end-to-end path through the runtime: tokenize, prefill, decode one
-token at a time through the paged KV cache, detokenize. Speculation and
-sampling come with the engine.
-"""
+"""``specserve generate``: complete one prompt from the shell, with speculation
+when a speculative_config is given. The text goes to stdout, the speculation
+statistics to stderr."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import torch
-from transformers import AutoTokenizer
-
-from model_runtime import ModelRunner, SequenceChunk
 from model_runtime.config import DTYPES
-from model_runtime.resolve import DEFAULT_TARGET, resolve_model
+from model_runtime.resolve import DEFAULT_TARGET
+from router.config import EngineConfig, SpeculativeConfig
+from router.engine import LLMEngine
+from router.params import SamplingParams
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def parse_speculative_config(value: str) -> dict[str, Any]:
+    """JSON text, or the path of a JSON file."""
+    text = Path(value).read_text() if Path(value).is_file() else value
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--speculative_config is not valid JSON: {e}") from e
+    if not isinstance(parsed, dict):
+        raise ValueError("--speculative_config must be a JSON object")
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,15 @@ class GenerateConfig:
         default=DEFAULT_TARGET,
         metadata={"help": "checkpoint folder, bundled model name or hub id"},
     )
+    speculative_config: str | None = field(
+        default=None,
+        metadata={"help": 'JSON (or a JSON file): {"model": ..., "num_speculative_tokens": k}'},
+    )
     max_tokens: int = field(default=64, metadata={"help": "tokens to generate at most"})
+    temperature: float = field(default=0.0, metadata={"help": "0 is greedy"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+    top_k: int = field(default=0, metadata={"help": "0 keeps every token"})
+    seed: int | None = field(default=None, metadata={"help": "seed of this request"})
     dtype: str = field(
         default="auto",
         metadata={
@@ -42,56 +57,38 @@ class GenerateConfig:
     max_model_len: int | None = field(
         default=None, metadata={"help": "context length; default: the model's"}
     )
-    block_size: int = field(default=16, metadata={"help": "tokens per KV-cache block"})
+
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            max_tokens=self.max_tokens,
+        )
+
+    def engine_config(self) -> EngineConfig:
+        spec = None
+        if self.speculative_config:
+            spec = SpeculativeConfig.from_dict(parse_speculative_config(self.speculative_config))
+        return EngineConfig(
+            model=self.model,
+            speculative=spec,
+            max_model_len=self.max_model_len,
+            dtype=self.dtype,
+            device=self.device,
+        )
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        self.sampling_params()  # validates the sampling fields
 
 
-@torch.inference_mode()
-def greedy_token_ids(
-    runner: ModelRunner, prompt_ids: list[int], max_tokens: int, stop_ids: set[int]
-) -> list[int]:
-    """Up to ``max_tokens`` argmax tokens after ``prompt_ids``, ending at a stop id."""
-    seq_id = 0
-    logits = runner.forward([SequenceChunk(seq_id, prompt_ids)])  # [1, vocab]
-    generated: list[int] = []
-    try:
-        while True:
-            token = int(logits[0].argmax())
-            generated.append(token)
-            if token in stop_ids or len(generated) == max_tokens:
-                return generated
-            logits = runner.forward([SequenceChunk(seq_id, [token])])
-    finally:
-        runner.free(seq_id)
-
-
-def generate(config: GenerateConfig) -> str:
-    """The greedy continuation of ``config.prompt``, as text."""
-    folder = resolve_model(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    prompt_ids = tokenizer.encode(config.prompt)
-    device = default_device() if config.device == "auto" else config.device
-    runner = ModelRunner.from_pretrained(
-        folder,
-        num_blocks=-(-(len(prompt_ids) + config.max_tokens) // config.block_size),
-        block_size=config.block_size,
-        dtype=config.dtype,
-        device=device,
-        max_model_len=config.max_model_len,
+def generate(config: GenerateConfig) -> tuple[str, str | None]:
+    """The completion of ``config.prompt``, and the speculation summary if any."""
+    engine = LLMEngine(config.engine_config())
+    (seq,) = engine.add_request(
+        "0", engine.tokenizer.encode(config.prompt), config.sampling_params()
     )
-    limit = runner.max_positions
-    if len(prompt_ids) >= limit:
-        raise ValueError(
-            f"the prompt has {len(prompt_ids)} tokens; the maximum model length is {limit}"
-        )
-    max_tokens = min(config.max_tokens, limit - len(prompt_ids))
-    stop_ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    ids = greedy_token_ids(runner, prompt_ids, max_tokens, stop_ids)
-    return str(tokenizer.decode(ids, skip_special_tokens=True))
+    while engine.has_unfinished():
+        engine.step()
+    return seq.text, engine.metrics.summary() if engine.k else None

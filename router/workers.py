@@ -105,7 +105,9 @@ def build_local_workers(config: EngineConfig) -> LocalWorkers:
             f"max_model_len {max(requested)} exceeds what the models allow ({limit} tokens)"
         )
     max_len = min([limit, *requested])
-    num_blocks = _num_blocks(config, device, models, max_len + k + 1)
+    num_blocks = config.num_kv_blocks_override or _num_blocks(
+        config, device, models, max_len + k + 1
+    )
 
     def runner(model: LlamaForCausalLM) -> ModelRunner:
         c = model.config

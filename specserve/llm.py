@@ -73,12 +73,18 @@ class LLM:
             raise ValueError(
                 f"got {len(prompts)} prompts but {len(sampling_params)} sampling_params"
             )
-        requests: list[tuple[str | None, list[SequenceState]]] = []
-        for prompt, params in zip(prompts, sampling_params, strict=True):
-            text, ids = self._tokenize(prompt)
-            request_id = str(self._next_request)
-            self._next_request += 1
-            requests.append((text, self.engine.add_request(request_id, ids, params)))
+        # Every prompt is checked before any is queued: a bad one queues nothing.
+        tokenized = [self._tokenize(p) for p in prompts]
+        ids = [str(self._next_request + i) for i in range(len(tokenized))]
+        for request_id, (_, prompt_ids) in zip(ids, tokenized, strict=True):
+            self.engine.check_prompt(request_id, prompt_ids)
+        self._next_request += len(tokenized)
+        requests: list[tuple[str | None, list[SequenceState]]] = [
+            (text, self.engine.add_request(request_id, prompt_ids, params))
+            for request_id, (text, prompt_ids), params in zip(
+                ids, tokenized, sampling_params, strict=True
+            )
+        ]
         with tqdm(total=len(requests), desc="Processed prompts", disable=not use_tqdm) as bar:
             pending = {r: len(seqs) for r, (_, seqs) in enumerate(requests)}
             owner = {s.seq_id: r for r, (_, seqs) in enumerate(requests) for s in seqs}

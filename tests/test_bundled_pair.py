@@ -84,7 +84,7 @@ def test_both_runtimes_give_the_same_logits(name: str) -> None:
 
 def test_the_target_continues_a_function_with_python() -> None:
     prompt = "def fibonacci(n):"
-    text = generate(GenerateConfig(prompt=prompt, max_tokens=64, dtype="float32"))
+    text, _ = generate(GenerateConfig(prompt=prompt, max_tokens=64, dtype="float32"))
     lines = (prompt + text).splitlines()
     # The longest prefix of whole lines that parses: a docstring and statements.
     parsed = max(k for k in range(1, len(lines) + 1) if _parses("\n".join(lines[:k])))

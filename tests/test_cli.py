@@ -90,3 +90,20 @@ def test_later_commands_say_they_are_not_yet_available(command: str) -> None:
     result = specserve(command, "--port", "8000")
     assert result.returncode == 2
     assert "is not yet available" in result.stderr
+
+
+def test_generate_with_speculation_prints_the_same_greedy_text() -> None:
+    spec = '{"model": "specserve/demo-draft", "num_speculative_tokens": 4}'
+    plain = specserve("generate", PROMPT, "--max-tokens", "24", "--dtype", "float32")
+    fast = specserve(
+        "generate", PROMPT, "--max-tokens", "24", "--dtype", "float32", "--speculative_config", spec
+    )
+    assert plain.returncode == 0 and fast.returncode == 0, fast.stderr
+    assert fast.stdout == plain.stdout
+    assert "acceptance rate" in fast.stderr
+
+
+def test_generate_names_a_malformed_speculative_config() -> None:
+    result = specserve("generate", PROMPT, "--speculative_config", '{"model": ')
+    assert result.returncode == 2
+    assert "--speculative_config is not valid JSON" in result.stderr

@@ -1,0 +1,96 @@
+"""With the bundled pair, the first token of a speculation round — an accepted
+draft or a recovered token — is distributed exactly as the target's own next
+token, computed independently with transformers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+import specserve
+from draft_worker.worker import DraftWorker
+from model_runtime import ModelRunner
+from model_runtime.sampling import SamplingOptions
+from protos.messages import ProposeRequest, SequenceTokens, VerifyRequest
+from target_worker.worker import TargetWorker
+from tests.test_rejection_sampler import chi_square_p_value
+
+PROMPT = "def fibonacci(n):\n"
+SAMPLES, CHUNK, K = 2500, 500, 3
+
+
+def transformers_next_token_probs(options: SamplingOptions, prompt_ids: list[int]) -> torch.Tensor:
+    folder = specserve.resolve_model("specserve/demo-target")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        scores = model(torch.tensor([prompt_ids])).logits[:, -1]
+    ids = torch.tensor([prompt_ids])
+    scores = TemperatureLogitsWarper(options.temperature)(ids, scores)
+    if options.top_k > 0:
+        scores = TopKLogitsWarper(options.top_k)(ids, scores)
+    if options.top_p < 1:
+        scores = TopPLogitsWarper(options.top_p)(ids, scores)
+    return torch.softmax(scores, -1)[0].double()
+
+
+def merged(counts: torch.Tensor, probs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pool the cells expected fewer than 5 times into one, for the chi-square test."""
+    small = probs * n < 5
+    return (
+        torch.cat([counts[~small], counts[small].sum(0, keepdim=True)]),
+        torch.cat([probs[~small], probs[small].sum(0, keepdim=True)]),
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [SamplingOptions(temperature=0.8, top_p=0.95), SamplingOptions(temperature=1.0, top_k=20)],
+    ids=["top_p", "top_k"],
+)
+def test_first_speculated_token_follows_the_targets_distribution(options: SamplingOptions) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
+    prompt_ids = tokenizer.encode(PROMPT)
+    runners = {
+        name: ModelRunner.from_pretrained(
+            specserve.resolve_model(name), num_blocks=CHUNK, block_size=16, dtype="float32"
+        )
+        for name in ("specserve/demo-target", "specserve/demo-draft")
+    }
+    target = TargetWorker(runners["specserve/demo-target"])
+    draft = DraftWorker(runners["specserve/demo-draft"])
+    firsts, accepted = [], 0
+    for start in range(0, SAMPLES, CHUNK):
+        seqs = range(start, start + CHUNK)
+        proposals = draft.propose(
+            [ProposeRequest(SequenceTokens(s, 0, prompt_ids), options) for s in seqs], K
+        )
+        outputs = target.verify(
+            [
+                VerifyRequest(
+                    SequenceTokens(s, 0, prompt_ids),
+                    options,
+                    p.token_ids,
+                    p.draft_ids,
+                    p.draft_probs,
+                )
+                for s, p in zip(seqs, proposals, strict=True)
+            ]
+        )
+        firsts += [o.token_ids[0] for o in outputs]
+        accepted += sum(o.num_accepted_drafts > 0 for o in outputs)
+        draft.release(list(seqs))
+        target.release(list(seqs))
+    # Both paths were taken: accepted drafts and recovered tokens.
+    assert 0.1 * SAMPLES < accepted < 0.98 * SAMPLES
+    probs = transformers_next_token_probs(options, prompt_ids)
+    counts = torch.bincount(torch.tensor(firsts), minlength=probs.shape[0]).double()
+    assert counts[probs == 0].sum() == 0, "sampled a token the target excludes"
+    observed, expected = merged(counts, probs, SAMPLES)
+    assert chi_square_p_value(observed, expected) > 1e-3

@@ -1,0 +1,65 @@
+"""When a sequence stops: EOS, ignore_eos, stop tokens, max_tokens, the context length."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+import specserve
+from router.detokenizer import IncrementalDetokenizer
+from router.params import SamplingParams
+from router.sequence import SequenceState
+
+EOS = 0
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # type: ignore[no-untyped-def]
+    return AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
+
+
+def state(tokenizer, params: SamplingParams, max_model_len: int = 100) -> SequenceState:  # type: ignore[no-untyped-def]
+    prompt = tokenizer.encode("x = 1\n")
+    return SequenceState(
+        seq_id=0,
+        request_id="r",
+        index=0,
+        prompt_ids=prompt,
+        params=params,
+        options=params.options(0),
+        detokenizer=IncrementalDetokenizer(tokenizer, prompt),
+        eos_token_id=EOS,
+        max_model_len=max_model_len,
+    )
+
+
+def test_eos_stops_and_tokens_after_it_are_dropped(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(max_tokens=10))
+    seq.append([5, 6, EOS, 7, 8])
+    assert seq.output_ids == [5, 6, EOS] and seq.finish_reason == "stop"
+
+
+def test_ignore_eos_keeps_going(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(max_tokens=10, ignore_eos=True))
+    seq.append([5, EOS, 7])
+    assert seq.output_ids == [5, EOS, 7] and not seq.finished
+
+
+def test_max_tokens_cuts_a_round_short(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(max_tokens=3))
+    seq.append([5, 6, 7, 8, 9])
+    assert seq.output_ids == [5, 6, 7] and seq.finish_reason == "length"
+
+
+def test_the_context_length_stops_with_length(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(max_tokens=None), max_model_len=8)
+    seq.append(list(range(10, 30)))
+    assert seq.num_tokens == 8 and seq.finish_reason == "length"
+
+
+def test_incremental_text_equals_decoding_everything(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    text = "def f(x):\n    return 'héllo ✓ wörld'  # naïve\n"
+    ids = tokenizer.encode(text)
+    detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("# a\n"))
+    pieces = [detok.push(t) for t in ids]
+    assert "".join(pieces) == detok.text == tokenizer.decode(ids)
