@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -30,6 +31,8 @@ from router.workers import LocalWorkers, build_local_workers
 
 logger = logging.getLogger(__name__)
 
+LOG_INTERVAL_S = 10.0
+
 # One sequence's proposal: k tokens, and the support and probabilities of each q.
 Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
 
@@ -45,6 +48,8 @@ class LLMEngine:
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
         self._seq_ids = itertools.count()
+        self._last_log = time.monotonic()
+        self._tokens_since_log = 0
 
     # ------------------------------------------------------------------ requests
 
@@ -103,7 +108,23 @@ class LLMEngine:
         self._make_room()
         if self.running:
             self._round(finished)
+        self._maybe_log()
         return finished
+
+    def _maybe_log(self) -> None:
+        """Log throughput and the speculation counters every LOG_INTERVAL_S seconds."""
+        now = time.monotonic()
+        if now - self._last_log < LOG_INTERVAL_S:
+            return
+        rate = self._tokens_since_log / (now - self._last_log)
+        logger.info(
+            "running %d, waiting %d, generation %.1f tokens/s%s",
+            len(self.running),
+            len(self.waiting),
+            rate,
+            f"; {self.metrics.summary()}" if self.k else "",
+        )
+        self._last_log, self._tokens_since_log = now, 0
 
     def _free_blocks(self) -> int:
         caches = [self.workers.target.runner.kv_cache]
@@ -212,7 +233,9 @@ class LLMEngine:
         return result
 
     def _append(self, seq: SequenceState, tokens: list[int], finished: list[SequenceState]) -> None:
+        before = len(seq.output_ids)
         seq.append(tokens)
+        self._tokens_since_log += len(seq.output_ids) - before
         if seq.finished:
             self.running.remove(seq)
             self._release(seq)

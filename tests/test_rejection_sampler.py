@@ -173,8 +173,9 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
         SamplingOptions(temperature=1.0),
         SamplingOptions(temperature=0.8, top_k=4),
         SamplingOptions(temperature=1.2, top_p=0.7),
+        SamplingOptions(temperature=1.0, min_p=0.1),
     ],
-    ids=["plain", "top_k", "top_p"],
+    ids=["plain", "top_k", "top_p", "min_p"],
 )
 def test_every_output_position_follows_the_targets_distribution(options: SamplingOptions) -> None:
     # One context-free target p and a deliberately wrong draft q at every
