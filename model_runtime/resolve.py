@@ -24,13 +24,13 @@ DEFAULT_DRAFT = "specserve/demo-draft"
 CHECKPOINT_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model", "*.txt"]
 
 
-def resolve_model(name: str | Path) -> Path:
+def resolve_model(name: str | Path, revision: str | None = None) -> Path:
     """The local folder that holds the checkpoint ``name``.
 
     Tried in order: an existing folder; a model bundled with specserve
     (``specserve/demo-target``, ``specserve/demo-draft``); the local Hugging
-    Face cache; the hub itself (unless HF_HUB_OFFLINE=1). The error lists
-    everything tried.
+    Face cache; the hub itself (unless HF_HUB_OFFLINE=1). ``revision`` (a
+    branch, tag or commit) applies to hub ids. The error lists everything tried.
     """
     path = Path(name).expanduser()
     if path.is_dir():
@@ -42,7 +42,12 @@ def resolve_model(name: str | Path) -> Path:
     tried.append(f"not a bundled model ({', '.join(BUNDLED_MODELS)})")
     try:
         return Path(
-            snapshot_download(repo_id, allow_patterns=CHECKPOINT_PATTERNS, local_files_only=True)
+            snapshot_download(
+                repo_id,
+                revision=revision,
+                allow_patterns=CHECKPOINT_PATTERNS,
+                local_files_only=True,
+            )
         )
     except HFValidationError:
         tried.append("not a valid hub id")
@@ -50,7 +55,9 @@ def resolve_model(name: str | Path) -> Path:
     except LocalEntryNotFoundError:
         tried.append("not in the local Hugging Face cache")
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=CHECKPOINT_PATTERNS))
+        return Path(
+            snapshot_download(repo_id, revision=revision, allow_patterns=CHECKPOINT_PATTERNS)
+        )
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as e:
         tried.append(f"not downloadable from the hub ({type(e).__name__})")
     raise CheckpointError(f"model {repo_id!r} not found: {'; '.join(tried)}")

@@ -94,7 +94,7 @@ def build_local_workers(config: EngineConfig) -> LocalWorkers:
     # less the k - 1 drafts it appends past the last token.
     limit = target_model.config.max_position_embeddings
     if spec is not None:
-        draft_dir = resolve_model(spec.model)
+        draft_dir = resolve_model(spec.model, spec.revision)
         check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(draft_dir))
         draft_model = load_model(draft_dir, config.dtype, device)
         limit = min(limit, draft_model.config.max_position_embeddings - k)

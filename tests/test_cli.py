@@ -107,3 +107,26 @@ def test_generate_names_a_malformed_speculative_config() -> None:
     result = specserve("generate", PROMPT, "--speculative_config", '{"model": ')
     assert result.returncode == 2
     assert "--speculative_config is not valid JSON" in result.stderr
+
+
+def test_a_revision_selects_that_snapshot_of_the_cache(
+    qwen3_checkpoint: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "models--acme--tiny"
+    for commit in ("1111aaaa", "2222bbbb"):
+        shutil.copytree(qwen3_checkpoint, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("2222bbbb")
+    (repo / "refs" / "v1").write_text("1111aaaa")
+    code = (
+        "from model_runtime.resolve import resolve_model; "
+        "print(resolve_model('acme/tiny').name, resolve_model('acme/tiny', 'v1').name)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2222bbbb", "1111aaaa"]
