@@ -12,18 +12,18 @@ holds its tokens and the first k-1 drafts (the k-th was never fed back).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
-from protos.messages import OK, Proposal, ProposeRequest
+from protos.messages import OK, Proposal, ProposeRequest, WorkerInfo
 
 
 @dataclass(frozen=True)
 class DraftWorkerConfig:
-    top_n: int = 32  # tokens of q shipped per draft position
+    top_n: int = field(default=32, metadata={"help": "tokens of q shipped per draft position"})
     seed: int = 0  # for requests without a seed of their own
 
     def __post_init__(self) -> None:
@@ -34,8 +34,14 @@ class DraftWorkerConfig:
 
 
 class DraftWorker:
-    def __init__(self, runner: ModelRunner, config: DraftWorkerConfig = DraftWorkerConfig()):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        config: DraftWorkerConfig = DraftWorkerConfig(),
+        model_name: str = "",
+    ):
         self.runner = runner
+        self.model_name = model_name
         self.device = runner.device
         self.top_n = min(config.top_n, runner.vocab_size)
         self.randomness = RowRandomness(self.device, config.seed + 1)
@@ -56,6 +62,13 @@ class DraftWorker:
 
     def release(self, seq_ids: Sequence[int]) -> int:
         return sum(self.runner.free(s) for s in seq_ids)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.runner.kv_cache.num_free_blocks
+
+    def describe(self) -> WorkerInfo:
+        return WorkerInfo.of(self.runner, self.model_name)
 
     def _propose_batch(self, batch: Sequence[ProposeRequest], k: int) -> list[Proposal]:
         params = SamplingTensors.build(

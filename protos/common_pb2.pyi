@@ -73,6 +73,26 @@ class SequenceTokens(_message.Message):
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, seq_id: _Optional[int] = ..., cached_len: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class DescribeRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("model", "vocab_size", "max_model_len", "block_size", "num_blocks", "num_free_blocks")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    NUM_FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    vocab_size: int
+    max_model_len: int
+    block_size: int
+    num_blocks: int
+    num_free_blocks: int
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ...) -> None: ...
+
 class ReleaseRequest(_message.Message):
     __slots__ = ("seq_ids",)
     SEQ_IDS_FIELD_NUMBER: _ClassVar[int]

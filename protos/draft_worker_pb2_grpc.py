@@ -46,6 +46,11 @@ class DraftWorkerStub:
                 request_serializer=protos_dot_common__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=protos_dot_common__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Describe = channel.unary_unary(
+                '/specserve.v1.DraftWorker/Describe',
+                request_serializer=protos_dot_common__pb2.DescribeRequest.SerializeToString,
+                response_deserializer=protos_dot_common__pb2.WorkerInfo.FromString,
+                _registered_method=True)
 
 
 class DraftWorkerServicer:
@@ -68,6 +73,13 @@ class DraftWorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Describe(self, request, context):
+        """The model and the KV cache's size and free room.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DraftWorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -80,6 +92,11 @@ def add_DraftWorkerServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=protos_dot_common__pb2.ReleaseRequest.FromString,
                     response_serializer=protos_dot_common__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=protos_dot_common__pb2.DescribeRequest.FromString,
+                    response_serializer=protos_dot_common__pb2.WorkerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -137,6 +154,33 @@ class DraftWorker:
             '/specserve.v1.DraftWorker/Release',
             protos_dot_common__pb2.ReleaseRequest.SerializeToString,
             protos_dot_common__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Describe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/specserve.v1.DraftWorker/Describe',
+            protos_dot_common__pb2.DescribeRequest.SerializeToString,
+            protos_dot_common__pb2.WorkerInfo.FromString,
             options,
             channel_credentials,
             insecure,

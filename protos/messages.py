@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.runner import ModelRunner
 from model_runtime.sampling import SamplingOptions
 from model_runtime.status import OK, SequenceStatus, StatusCode
 
@@ -24,6 +25,7 @@ __all__ = [
     "StatusCode",
     "VerifyOutput",
     "VerifyRequest",
+    "WorkerInfo",
 ]
 
 
@@ -68,3 +70,27 @@ class VerifyOutput:
     status: SequenceStatus
     token_ids: list[int] = field(default_factory=list)  # accepted drafts + recovered/bonus
     num_accepted_drafts: int = 0
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker serves and how much room its KV cache has."""
+
+    model: str
+    vocab_size: int
+    max_model_len: int
+    block_size: int
+    num_blocks: int
+    num_free_blocks: int
+
+    @classmethod
+    def of(cls, runner: ModelRunner, model: str) -> WorkerInfo:
+        cache = runner.kv_cache
+        return cls(
+            model=model,
+            vocab_size=runner.vocab_size,
+            max_model_len=runner.max_positions,
+            block_size=cache.block_size,
+            num_blocks=cache.num_blocks,
+            num_free_blocks=cache.num_free_blocks,
+        )

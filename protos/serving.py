@@ -8,6 +8,8 @@ any specserve process.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -15,6 +17,9 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from protos import common_pb2
+from protos.messages import WorkerInfo
 
 # (add_XServicer_to_server, servicer, full service name) for each service.
 ServiceBinding = tuple[Callable[[object, grpc.Server], None], object, str]
@@ -75,3 +80,25 @@ def start_server(
     running = RunningServer(server, port, health_servicer, names)
     running.set_serving(serving)
     return running
+
+
+def serve_until_signalled(running: RunningServer, grace_s: float, ready_line: str) -> None:
+    """Print ``ready_line`` (with the bound port), serve until SIGTERM or SIGINT,
+    then shut down in order: health NOT_SERVING, drain for ``grace_s``, stop."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(ready_line.format(port=running.port), flush=True)
+    stop.wait()
+    running.stop(grace_s)
+
+
+def worker_info_to_proto(info: WorkerInfo) -> common_pb2.WorkerInfo:
+    return common_pb2.WorkerInfo(
+        model=info.model,
+        vocab_size=info.vocab_size,
+        max_model_len=info.max_model_len,
+        block_size=info.block_size,
+        num_blocks=info.num_blocks,
+        num_free_blocks=info.num_free_blocks,
+    )

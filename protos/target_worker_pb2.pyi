@@ -36,12 +36,14 @@ class PrefillOutput(_message.Message):
     def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_id: _Optional[int] = ..., logprob: _Optional[_Union[_common_pb2.TokenLogprob, _Mapping]] = ...) -> None: ...
 
 class PrefillResult(_message.Message):
-    __slots__ = ("batch_id", "outputs")
+    __slots__ = ("batch_id", "outputs", "num_free_blocks")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     outputs: _containers.RepeatedCompositeFieldContainer[PrefillOutput]
-    def __init__(self, batch_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[PrefillOutput, _Mapping]]] = ...) -> None: ...
+    num_free_blocks: int
+    def __init__(self, batch_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[PrefillOutput, _Mapping]]] = ..., num_free_blocks: _Optional[int] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("tokens", "sampling", "draft_token_ids", "draft_probs")
@@ -78,9 +80,11 @@ class VerifyOutput(_message.Message):
     def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., num_accepted_drafts: _Optional[int] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class VerifyResult(_message.Message):
-    __slots__ = ("batch_id", "outputs")
+    __slots__ = ("batch_id", "outputs", "num_free_blocks")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     outputs: _containers.RepeatedCompositeFieldContainer[VerifyOutput]
-    def __init__(self, batch_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[VerifyOutput, _Mapping]]] = ...) -> None: ...
+    num_free_blocks: int
+    def __init__(self, batch_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[VerifyOutput, _Mapping]]] = ..., num_free_blocks: _Optional[int] = ...) -> None: ...

@@ -26,10 +26,17 @@ def _scalar_type(hint: Any) -> Any:
     return hint
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
-    """Add one flag (or positional) per field of the dataclass ``config_cls``."""
+def add_config_arguments(
+    parser: argparse.ArgumentParser,
+    config_cls: type,
+    skip: set[str] = frozenset(),  # type: ignore[assignment]
+) -> None:
+    """Add one flag (or positional) per field of the dataclass ``config_cls``
+    (except ``skip``, fields another config on the same parser already has)."""
     hints = typing.get_type_hints(config_cls)
     for f in dataclasses.fields(config_cls):
+        if f.name in skip:
+            continue
         kind = _scalar_type(hints[f.name])
         has_default = f.default is not dataclasses.MISSING
         options: dict[str, Any] = {"help": f.metadata.get("help", "")}
@@ -58,4 +65,4 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
 def config_from_args(config_cls: type[T], args: argparse.Namespace) -> T:
     """Build ``config_cls`` from parsed arguments; its own validation runs."""
     names = [f.name for f in dataclasses.fields(config_cls)]  # type: ignore[arg-type]
-    return config_cls(**{name: getattr(args, name) for name in names})
+    return config_cls(**{name: getattr(args, name) for name in names if hasattr(args, name)})

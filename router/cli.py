@@ -6,16 +6,16 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from draft_worker.worker import DraftWorkerConfig
 from model_runtime.errors import CheckpointError, UnsupportedModelError
+from model_runtime.serving_config import WorkerServerConfig
 from router.arguments import add_config_arguments, config_from_args
 from router.generate import GenerateConfig, generate
+from target_worker.worker import TargetWorkerConfig
 
 # Subcommands whose features are not built yet, and what they will do.
 NOT_YET_AVAILABLE = {
     "serve": "the OpenAI-compatible server with speculative decoding",
-    "router": "the gRPC router in front of draft and target worker pools",
-    "draft-worker": "a gRPC draft worker",
-    "target-worker": "a gRPC target worker",
 }
 
 
@@ -24,6 +24,27 @@ def _run_generate(args: argparse.Namespace) -> int:
     print(text)
     if summary:
         print(summary, file=sys.stderr)
+    return 0
+
+
+def _run_draft_worker(args: argparse.Namespace) -> int:
+    from draft_worker.service import serve
+
+    serve(config_from_args(WorkerServerConfig, args), config_from_args(DraftWorkerConfig, args))
+    return 0
+
+
+def _run_target_worker(args: argparse.Namespace) -> int:
+    from target_worker.service import serve
+
+    serve(config_from_args(WorkerServerConfig, args), config_from_args(TargetWorkerConfig, args))
+    return 0
+
+
+def _run_router(args: argparse.Namespace) -> int:
+    from router.service import RouterConfig, serve
+
+    serve(config_from_args(RouterConfig, args))
     return 0
 
 
@@ -45,6 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_arguments(gen, GenerateConfig)
     gen.set_defaults(run=_run_generate)
+    draft = commands.add_parser("draft-worker", help="serve a draft model over gRPC")
+    add_config_arguments(draft, WorkerServerConfig)
+    add_config_arguments(draft, DraftWorkerConfig, skip={"seed"})
+    draft.set_defaults(run=_run_draft_worker)
+    target = commands.add_parser("target-worker", help="serve a target model over gRPC")
+    add_config_arguments(target, WorkerServerConfig)
+    add_config_arguments(target, TargetWorkerConfig, skip={"seed", "use_triton"})
+    target.set_defaults(run=_run_target_worker)
+    from router.service import RouterConfig
+
+    router = commands.add_parser("router", help="serve the gRPC Router in front of workers")
+    add_config_arguments(router, RouterConfig)
+    router.set_defaults(run=_run_router)
     for name, what in NOT_YET_AVAILABLE.items():
         stub = commands.add_parser(name, help=f"{what} (not yet available)")
         stub.set_defaults(run=_not_yet(name))

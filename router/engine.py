@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -27,7 +28,7 @@ from router.detokenizer import IncrementalDetokenizer
 from router.metrics import SpeculationMetrics
 from router.params import SamplingParams
 from router.sequence import SequenceState
-from router.workers import LocalWorkers, build_local_workers
+from router.workers import Workers, build_local_workers
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, workers: LocalWorkers | None = None):
+    def __init__(self, config: EngineConfig, workers: Workers | None = None):
         self.config = config
         self.workers = workers or build_local_workers(config)
         self.tokenizer = self.workers.tokenizer
@@ -47,7 +48,9 @@ class LLMEngine:
         self.metrics = SpeculationMetrics(self.k)
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
-        self._seq_ids = itertools.count()
+        # Sequence ids start at a random point, so that several routers can share
+        # workers without their ids meeting.
+        self._seq_ids = itertools.count(secrets.randbits(56))
         self._last_log = time.monotonic()
         self._tokens_since_log = 0
 
@@ -127,14 +130,12 @@ class LLMEngine:
         self._last_log, self._tokens_since_log = now, 0
 
     def _free_blocks(self) -> int:
-        caches = [self.workers.target.runner.kv_cache]
-        if self.workers.draft is not None:
-            caches.append(self.workers.draft.runner.kv_cache)
-        return min(c.num_free_blocks for c in caches)
+        workers = [self.workers.target, self.workers.draft]
+        return min(w.num_free_blocks for w in workers if w is not None)
 
     def _growth_blocks(self, seqs: Iterable[SequenceState]) -> int:
         """Blocks the next round may take: every sequence plus k + 1 tokens."""
-        bs = self.config.block_size
+        bs = self.workers.block_size
         return sum(
             blocks_for(s.num_tokens + self.k + 1, bs) - blocks_for(s.target_cached, bs)
             for s in seqs

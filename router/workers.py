@@ -10,25 +10,26 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from draft_worker.worker import DraftWorker, DraftWorkerConfig
-from model_runtime.kv_cache import PagedKVCache, blocks_for
 from model_runtime.loader import load_model
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner
+from model_runtime.sizing import num_kv_blocks, runner_for
+from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 
-# Kept free on a GPU for activations and the sampler's [rows, vocab] tensors.
-GPU_ACTIVATION_RESERVE = 2 << 30
-
 
 @dataclass
-class LocalWorkers:
+class Workers:
+    """The workers an engine drives (in-process or gRPC clients) and what it needs to know."""
+
     tokenizer: PreTrainedTokenizerBase
-    target: TargetWorker
-    draft: DraftWorker | None
+    target: TargetClient
+    draft: DraftClient | None
     max_model_len: int
     num_blocks: int
+    block_size: int
 
 
 def resolve_device(name: str) -> torch.device:
@@ -45,43 +46,7 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
         )
 
 
-def _weight_bytes(model: torch.nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-def _kv_bytes_per_block(model: LlamaForCausalLM, block_size: int) -> int:
-    c = model.config
-    dtype = model.lm_head.weight.dtype
-    return PagedKVCache.bytes_per_block(
-        c.num_hidden_layers, c.num_key_value_heads, c.head_dim, block_size, dtype
-    )
-
-
-def _num_blocks(
-    config: EngineConfig, device: torch.device, models: list[LlamaForCausalLM], max_len: int
-) -> int:
-    per_block = sum(_kv_bytes_per_block(m, config.block_size) for m in models)
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        used = total - free
-        budget = int(total * config.gpu_memory_utilization) - used - GPU_ACTIVATION_RESERVE
-        where = f"{config.gpu_memory_utilization} of the GPU's {total >> 20} MiB"
-    else:
-        budget = config.cpu_memory_bytes - sum(_weight_bytes(m) for m in models)
-        where = f"cpu_memory_bytes ({config.cpu_memory_bytes >> 20} MiB)"
-    # Never more than every sequence at full length needs.
-    useful = config.max_num_seqs * blocks_for(max_len, config.block_size)
-    blocks = min(budget // per_block, useful)
-    if blocks < blocks_for(max_len, config.block_size):
-        raise ValueError(
-            f"{where} leaves room for {max(blocks, 0)} KV blocks after the weights; one sequence "
-            f"of max_model_len {max_len} needs {blocks_for(max_len, config.block_size)}: "
-            "raise the memory budget or lower max_model_len"
-        )
-    return blocks
-
-
-def build_local_workers(config: EngineConfig) -> LocalWorkers:
+def build_local_workers(config: EngineConfig) -> Workers:
     device = resolve_device(config.device)
     target_dir = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
@@ -105,25 +70,46 @@ def build_local_workers(config: EngineConfig) -> LocalWorkers:
             f"max_model_len {max(requested)} exceeds what the models allow ({limit} tokens)"
         )
     max_len = min([limit, *requested])
-    num_blocks = config.num_kv_blocks_override or _num_blocks(
-        config, device, models, max_len + k + 1
+    num_blocks = config.num_kv_blocks_override or num_kv_blocks(
+        models,
+        device,
+        config.block_size,
+        max_len + k + 1,
+        config.max_num_seqs,
+        config.gpu_memory_utilization,
+        config.cpu_memory_bytes,
     )
 
     def runner(model: LlamaForCausalLM) -> ModelRunner:
-        c = model.config
-        cache = PagedKVCache(
-            c.num_hidden_layers,
-            c.num_key_value_heads,
-            c.head_dim,
-            num_blocks,
-            config.block_size,
-            model.lm_head.weight.dtype,
-            device,
-        )
-        return ModelRunner(model, cache, c.max_position_embeddings)
+        return runner_for(model, num_blocks, config.block_size, device)
 
-    target = TargetWorker(runner(target_model), TargetWorkerConfig(seed=config.seed))
+    target = TargetWorker(runner(target_model), TargetWorkerConfig(seed=config.seed), config.model)
     draft = None
-    if draft_model is not None:
-        draft = DraftWorker(runner(draft_model), DraftWorkerConfig(config.draft_top_n, config.seed))
-    return LocalWorkers(tokenizer, target, draft, max_len, num_blocks)
+    if draft_model is not None and spec is not None:
+        draft = DraftWorker(
+            runner(draft_model), DraftWorkerConfig(config.draft_top_n, config.seed), spec.model
+        )
+    return Workers(tokenizer, target, draft, max_len, num_blocks, config.block_size)
+
+
+def build_remote_workers(
+    target_address: str, draft_address: str | None, num_speculative_tokens: int
+) -> Workers:
+    """Clients of workers running elsewhere; the tokenizer is the target's model's."""
+    from router.clients import GrpcDraftClient, GrpcTargetClient
+
+    target = GrpcTargetClient(target_address)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(target.info.model))
+    max_len = target.info.max_model_len
+    block_size = target.info.block_size
+    num_blocks = target.info.num_blocks
+    draft = None
+    if draft_address is not None:
+        draft = GrpcDraftClient(draft_address)
+        check_same_tokenizer(
+            tokenizer, AutoTokenizer.from_pretrained(resolve_model(draft.info.model))
+        )
+        max_len = min(max_len, draft.info.max_model_len - num_speculative_tokens)
+        block_size = min(block_size, draft.info.block_size)
+        num_blocks = min(num_blocks, draft.info.num_blocks)
+    return Workers(tokenizer, target, draft, max_len, num_blocks, block_size)

@@ -18,7 +18,7 @@ import torch
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus
-from protos.messages import VerifyOutput, VerifyRequest
+from protos.messages import VerifyOutput, VerifyRequest, WorkerInfo
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
     RejectionInputs,
@@ -39,8 +39,14 @@ class TargetWorkerConfig:
 
 
 class TargetWorker:
-    def __init__(self, runner: ModelRunner, config: TargetWorkerConfig = TargetWorkerConfig()):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        config: TargetWorkerConfig = TargetWorkerConfig(),
+        model_name: str = "",
+    ):
         self.runner = runner
+        self.model_name = model_name
         self.device = runner.device
         use_triton = config.use_triton
         if use_triton is None:
@@ -74,6 +80,13 @@ class TargetWorker:
 
     def release(self, seq_ids: Sequence[int]) -> int:
         return sum(self.runner.free(s) for s in seq_ids)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.runner.kv_cache.num_free_blocks
+
+    def describe(self) -> WorkerInfo:
+        return WorkerInfo.of(self.runner, self.model_name)
 
     def _verify_batch(self, batch: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         num_drafts = [len(r.draft_token_ids) for r in batch]

@@ -85,7 +85,7 @@ def test_generate_refuses_bad_arguments_with_a_message(qwen3_checkpoint: Path) -
     assert "max_tokens must be >= 1, got 0" in result.stderr
 
 
-@pytest.mark.parametrize("command", ["serve", "router", "draft-worker", "target-worker"])
+@pytest.mark.parametrize("command", ["serve"])
 def test_later_commands_say_they_are_not_yet_available(command: str) -> None:
     result = specserve(command, "--port", "8000")
     assert result.returncode == 2

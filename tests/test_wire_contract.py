@@ -37,12 +37,14 @@ def test_services_have_the_streaming_shapes_of_the_design() -> None:
         "Prefill": (True, True),
         "Verify": (True, True),
         "Release": (False, False),
+        "Describe": (False, False),
     }
     from protos import draft_worker_pb2
 
     assert methods(draft_worker_pb2, "DraftWorker") == {
         "Propose": (True, True),
         "Release": (False, False),
+        "Describe": (False, False),
     }
 
 

@@ -1,0 +1,196 @@
+"""Conversions between the wire messages (``*_pb2``) and the in-process ones
+(``protos.messages``). Servicers and gRPC clients call these and nothing else
+touches protobuf."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from model_runtime.sampling import SamplingOptions
+from protos import common_pb2 as pb
+from protos import draft_worker_pb2 as dpb
+from protos import target_worker_pb2 as tpb
+from protos.messages import (
+    Proposal,
+    ProposeRequest,
+    SequenceStatus,
+    SequenceTokens,
+    StatusCode,
+    VerifyOutput,
+    VerifyRequest,
+)
+
+
+def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
+    return pb.SamplingParams(
+        temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, min_p=o.min_p, seed=o.seed
+    )
+
+
+def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
+    """Raises ValueError for values out of range (the servicer's INVALID_ARGUMENT)."""
+    return SamplingOptions(
+        temperature=m.temperature,
+        top_p=m.top_p if m.top_p > 0 else 1.0,  # unset: keep everything
+        top_k=m.top_k,
+        min_p=m.min_p,
+        seed=m.seed if m.HasField("seed") else None,
+    )
+
+
+def tokens_to_proto(t: SequenceTokens) -> pb.SequenceTokens:
+    return pb.SequenceTokens(seq_id=t.seq_id, cached_len=t.cached_len, token_ids=t.token_ids)
+
+
+def tokens_from_proto(m: pb.SequenceTokens) -> SequenceTokens:
+    return SequenceTokens(m.seq_id, m.cached_len, list(m.token_ids))
+
+
+def status_to_proto(s: SequenceStatus) -> pb.SequenceStatus:
+    return pb.SequenceStatus(code=int(s.code), message=s.message)  # type: ignore[arg-type]
+
+
+def status_from_proto(m: pb.SequenceStatus) -> SequenceStatus:
+    return SequenceStatus(StatusCode(m.code), m.message)
+
+
+def distributions_to_proto(
+    ids: torch.Tensor | None, probs: torch.Tensor | None
+) -> list[pb.SparseDistribution]:
+    """[k, N] support and probabilities -> k sparse distributions, zeros dropped."""
+    if ids is None or probs is None:
+        return []
+    out = []
+    for row_ids, row_probs in zip(ids.tolist(), probs.tolist(), strict=True):
+        kept = [(i, p) for i, p in zip(row_ids, row_probs, strict=True) if p > 0]
+        out.append(
+            pb.SparseDistribution(token_ids=[i for i, _ in kept], probs=[p for _, p in kept])
+        )
+    return out
+
+
+def distributions_from_proto(
+    rows: Sequence[pb.SparseDistribution],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """k sparse distributions -> [k, N] tensors padded with probability 0."""
+    if not rows:
+        return None, None
+    width = max(1, max(len(r.token_ids) for r in rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.int64)
+    probs = torch.zeros(len(rows), width, dtype=torch.float32)
+    for i, r in enumerate(rows):
+        if len(r.token_ids) != len(r.probs):
+            raise ValueError(
+                f"a sparse distribution has {len(r.token_ids)} token ids but {len(r.probs)} probs"
+            )
+        n = len(r.token_ids)
+        ids[i, :n] = torch.tensor(list(r.token_ids), dtype=torch.int64)
+        probs[i, :n] = torch.tensor(list(r.probs), dtype=torch.float32)
+    return ids, probs
+
+
+# ----------------------------------------------------------------- draft worker
+
+
+def propose_batch_to_proto(
+    batch_id: int, requests: Sequence[ProposeRequest], k: int
+) -> dpb.ProposeBatch:
+    return dpb.ProposeBatch(
+        batch_id=batch_id,
+        num_draft_tokens=k,
+        sequences=[
+            dpb.ProposeRequest(
+                tokens=tokens_to_proto(r.tokens), sampling=sampling_to_proto(r.sampling)
+            )
+            for r in requests
+        ],
+    )
+
+
+def propose_batch_from_proto(m: dpb.ProposeBatch) -> list[ProposeRequest]:
+    return [
+        ProposeRequest(tokens_from_proto(r.tokens), sampling_from_proto(r.sampling))
+        for r in m.sequences
+    ]
+
+
+def proposal_to_proto(p: Proposal) -> dpb.Proposal:
+    return dpb.Proposal(
+        seq_id=p.seq_id,
+        status=status_to_proto(p.status),
+        token_ids=p.token_ids,
+        draft_probs=distributions_to_proto(p.draft_ids, p.draft_probs),
+    )
+
+
+def proposal_from_proto(m: dpb.Proposal) -> Proposal:
+    ids, probs = distributions_from_proto(m.draft_probs)
+    return Proposal(m.seq_id, status_from_proto(m.status), list(m.token_ids), ids, probs)
+
+
+# ---------------------------------------------------------------- target worker
+
+
+def verify_request_to_proto(r: VerifyRequest) -> tpb.VerifyRequest:
+    return tpb.VerifyRequest(
+        tokens=tokens_to_proto(r.tokens),
+        sampling=sampling_to_proto(r.sampling),
+        draft_token_ids=r.draft_token_ids,
+        draft_probs=distributions_to_proto(r.draft_ids, r.draft_probs),
+    )
+
+
+def verify_request_from_proto(m: tpb.VerifyRequest) -> VerifyRequest:
+    ids, probs = distributions_from_proto(m.draft_probs)
+    if ids is not None and ids.shape[0] != len(m.draft_token_ids):
+        raise ValueError(
+            f"sequence {m.tokens.seq_id}: {len(m.draft_token_ids)} drafts but "
+            f"{ids.shape[0]} draft distributions"
+        )
+    return VerifyRequest(
+        tokens_from_proto(m.tokens),
+        sampling_from_proto(m.sampling),
+        list(m.draft_token_ids),
+        ids,
+        probs,
+    )
+
+
+def verify_output_to_proto(o: VerifyOutput) -> tpb.VerifyOutput:
+    return tpb.VerifyOutput(
+        seq_id=o.seq_id,
+        status=status_to_proto(o.status),
+        token_ids=o.token_ids,
+        num_accepted_drafts=o.num_accepted_drafts,
+    )
+
+
+def verify_output_from_proto(m: tpb.VerifyOutput) -> VerifyOutput:
+    return VerifyOutput(
+        m.seq_id, status_from_proto(m.status), list(m.token_ids), m.num_accepted_drafts
+    )
+
+
+def prefill_request_to_proto(r: VerifyRequest) -> tpb.PrefillRequest:
+    return tpb.PrefillRequest(
+        tokens=tokens_to_proto(r.tokens), sampling=sampling_to_proto(r.sampling)
+    )
+
+
+def prefill_request_from_proto(m: tpb.PrefillRequest) -> VerifyRequest:
+    return VerifyRequest(tokens_from_proto(m.tokens), sampling_from_proto(m.sampling))
+
+
+def prefill_output_to_proto(o: VerifyOutput) -> tpb.PrefillOutput:
+    return tpb.PrefillOutput(
+        seq_id=o.seq_id,
+        status=status_to_proto(o.status),
+        token_id=o.token_ids[0] if o.token_ids else 0,
+    )
+
+
+def prefill_output_from_proto(m: tpb.PrefillOutput) -> VerifyOutput:
+    status = status_from_proto(m.status)
+    return VerifyOutput(m.seq_id, status, [m.token_id] if status.ok else [], 0)

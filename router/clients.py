@@ -1,0 +1,163 @@
+"""The one interface the engine drives workers through, and its gRPC transport.
+
+In-process, ``DraftWorker`` and ``TargetWorker`` are the clients themselves.
+Over gRPC, each client keeps persistent bidirectional streams: one message per
+batch each way, so nothing per sequence per token crosses the network.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+import grpc
+
+from protos import common_pb2 as pb
+from protos import convert
+from protos import draft_worker_pb2 as dpb
+from protos import target_worker_pb2 as tpb
+from protos.draft_worker_pb2_grpc import DraftWorkerStub
+from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from protos.target_worker_pb2_grpc import TargetWorkerStub
+
+logger = logging.getLogger(__name__)
+
+
+class DraftClient(Protocol):
+    @property
+    def num_free_blocks(self) -> int: ...
+    def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]: ...
+    def release(self, seq_ids: Sequence[int]) -> int: ...
+    def describe(self) -> WorkerInfo: ...
+
+
+class TargetClient(Protocol):
+    @property
+    def num_free_blocks(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]: ...
+    def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]: ...
+    def release(self, seq_ids: Sequence[int]) -> int: ...
+    def describe(self) -> WorkerInfo: ...
+
+
+class _BatchStream:
+    """One long-lived bidirectional stream: send a batch, receive its result."""
+
+    def __init__(self, start_call):  # type: ignore[no-untyped-def]
+        self._outbox: queue.Queue[object] = queue.Queue()
+        self._results: Iterator = start_call(iter(self._outbox.get, None))
+        self._lock = threading.Lock()
+
+    def call(self, message: object) -> object:
+        with self._lock:  # one batch in flight per stream
+            self._outbox.put(message)
+            return next(self._results)
+
+    def close(self) -> None:
+        self._outbox.put(None)
+
+
+class _GrpcWorker:
+    def __init__(self, address: str, timeout_s: float):
+        self.address = address
+        self.timeout_s = timeout_s
+        self.channel = grpc.insecure_channel(address)
+        self._batch_ids = itertools.count()
+        self._free_blocks = 0
+        self._info: WorkerInfo | None = None
+
+    def _describe(self, stub: DraftWorkerStub | TargetWorkerStub) -> WorkerInfo:
+        m = stub.Describe(pb.DescribeRequest(), timeout=self.timeout_s, wait_for_ready=True)
+        info = WorkerInfo(
+            m.model, m.vocab_size, m.max_model_len, m.block_size, m.num_blocks, m.num_free_blocks
+        )
+        self._info, self._free_blocks = info, info.num_free_blocks
+        return info
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free_blocks
+
+    def _release(self, stub: DraftWorkerStub | TargetWorkerStub, seq_ids: Sequence[int]) -> int:
+        """Best effort: a worker that is gone has nothing left to free."""
+        try:
+            reply = stub.Release(pb.ReleaseRequest(seq_ids=list(seq_ids)), timeout=self.timeout_s)
+        except grpc.RpcError as e:
+            logger.warning("release on %s failed: %s", self.address, e.code())
+            return 0
+        return int(reply.num_released)
+
+
+class GrpcDraftClient(_GrpcWorker):
+    def __init__(self, address: str, timeout_s: float = 60.0):
+        super().__init__(address, timeout_s)
+        self.stub = DraftWorkerStub(self.channel)
+        self.info = self._describe(self.stub)
+        self._propose = _BatchStream(self.stub.Propose)
+
+    def describe(self) -> WorkerInfo:
+        return self._describe(self.stub)
+
+    def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
+        message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
+        result = self._propose.call(message)
+        assert isinstance(result, dpb.ProposeResult)
+        self._free_blocks = result.num_free_blocks
+        return [convert.proposal_from_proto(p) for p in result.proposals]
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        return self._release(self.stub, seq_ids)
+
+    def close(self) -> None:
+        self._propose.close()
+        self.channel.close()
+
+
+class GrpcTargetClient(_GrpcWorker):
+    def __init__(self, address: str, timeout_s: float = 60.0):
+        super().__init__(address, timeout_s)
+        self.stub = TargetWorkerStub(self.channel)
+        self.info = self._describe(self.stub)
+        self._prefill = _BatchStream(self.stub.Prefill)
+        self._verify = _BatchStream(self.stub.Verify)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.info.vocab_size
+
+    def describe(self) -> WorkerInfo:
+        return self._describe(self.stub)
+
+    def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
+        message = tpb.PrefillBatch(
+            batch_id=next(self._batch_ids),
+            sequences=[convert.prefill_request_to_proto(r) for r in requests],
+        )
+        result = self._prefill.call(message)
+        assert isinstance(result, tpb.PrefillResult)
+        self._free_blocks = result.num_free_blocks
+        return [convert.prefill_output_from_proto(o) for o in result.outputs]
+
+    def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
+        message = tpb.VerifyBatch(
+            batch_id=next(self._batch_ids),
+            sequences=[convert.verify_request_to_proto(r) for r in requests],
+        )
+        result = self._verify.call(message)
+        assert isinstance(result, tpb.VerifyResult)
+        self._free_blocks = result.num_free_blocks
+        return [convert.verify_output_from_proto(o) for o in result.outputs]
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        return self._release(self.stub, seq_ids)
+
+    def close(self) -> None:
+        self._prefill.close()
+        self._verify.close()
+        self.channel.close()

@@ -1,0 +1,146 @@
+"""Running the engine on one thread for many concurrent callers.
+
+Callers on other threads (gRPC handlers) submit requests and read events from
+their own queue; the loop thread alone touches the engine: it applies queued
+submissions and aborts, runs a step, and hands every sequence's new tokens and
+text to its caller. Text that a stop string might still cut is held back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from router.engine import LLMEngine
+from router.params import SamplingParams
+from router.sequence import SequenceState
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Delta:
+    """New output of one request since its previous delta."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    error: str | None = None
+
+
+@dataclass
+class _Add:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    events: queue.Queue[Delta]
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+@dataclass
+class _Stream:
+    seq: SequenceState
+    events: queue.Queue[Delta]
+    sent_tokens: int = 0
+    sent_text: int = 0
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._commands: queue.Queue[_Add | _Abort | None] = queue.Queue()
+        self._streams: dict[str, _Stream] = {}
+        self._ids = itertools.count()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    def new_request_id(self) -> str:
+        return f"req-{next(self._ids)}"
+
+    def submit(
+        self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> queue.Queue[Delta]:
+        """Queue a request; raises ValueError for a prompt the engine cannot serve."""
+        self.engine.check_prompt(request_id, prompt_ids)
+        events: queue.Queue[Delta] = queue.Queue()
+        self._commands.put(_Add(request_id, list(prompt_ids), params, events))
+        return events
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(_Abort(request_id))
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._commands.put(None)
+        self._thread.join(timeout=30)
+
+    def _apply(self, command: _Add | _Abort | None) -> None:
+        if isinstance(command, _Add):
+            (seq,) = self.engine.add_request(command.request_id, command.prompt_ids, command.params)
+            self._streams[command.request_id] = _Stream(seq, command.events)
+        elif isinstance(command, _Abort):
+            stream = self._streams.pop(command.request_id, None)
+            if stream is not None and not stream.seq.finished:
+                self.engine.abort(command.request_id)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            # Block for work when idle; otherwise take what has queued up.
+            block = not self.engine.has_unfinished()
+            try:
+                while True:
+                    command = self._commands.get(block=block)
+                    block = False
+                    self._apply(command)
+            except queue.Empty:
+                pass
+            if self.engine.has_unfinished():
+                try:
+                    self.engine.step()
+                except Exception as e:  # a worker failed: fail every request in flight
+                    logger.exception("engine step failed")
+                    self._fail_all(f"{type(e).__name__}: {e}")
+                    continue
+                self._publish()
+
+    def _publish(self) -> None:
+        for request_id, stream in list(self._streams.items()):
+            seq = stream.seq
+            held_back = (
+                0 if seq.finished else max((len(s) - 1 for s in seq.params.stop_strings), default=0)
+            )
+            text_end = max(stream.sent_text, len(seq.text) - held_back)
+            new_tokens = seq.output_ids[stream.sent_tokens :]
+            if not new_tokens and not seq.finished:
+                continue
+            stream.events.put(
+                Delta(
+                    token_ids=new_tokens,
+                    text=seq.text[stream.sent_text : text_end],
+                    finish_reason=seq.finish_reason,
+                    num_drafts=seq.counts.num_drafts,
+                    num_draft_tokens=seq.counts.num_draft_tokens,
+                    num_accepted_tokens=seq.counts.num_accepted_tokens,
+                )
+            )
+            stream.sent_tokens, stream.sent_text = len(seq.output_ids), text_end
+            if seq.finished:
+                del self._streams[request_id]
+
+    def _fail_all(self, message: str) -> None:
+        for request_id, stream in list(self._streams.items()):
+            stream.events.put(Delta([], "", "abort", 0, 0, 0, error=message))
+            self.engine.abort(request_id)
+        self._streams.clear()

@@ -1,0 +1,128 @@
+"""The Router gRPC service: streams completions to gRPC clients, driving remote
+draft and target workers through the engine loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import grpc
+
+from protos import router_pb2 as rpb
+from protos import router_pb2_grpc
+from protos.convert import sampling_from_proto
+from protos.serving import serve_until_signalled, start_server
+from router.config import EngineConfig, SpeculativeConfig
+from router.engine import LLMEngine
+from router.loop import Delta, EngineLoop
+from router.params import SamplingParams
+from router.workers import build_remote_workers
+
+SERVICE_NAME = "specserve.v1.Router"
+FINISH_REASONS = {
+    None: rpb.FINISH_REASON_UNSPECIFIED,
+    "stop": rpb.FINISH_REASON_STOP,
+    "length": rpb.FINISH_REASON_LENGTH,
+    "abort": rpb.FINISH_REASON_ABORT,
+}
+
+
+class RouterService(router_pb2_grpc.RouterServicer):
+    def __init__(self, loop: EngineLoop):
+        self.loop = loop
+
+    def Generate(
+        self, request: rpb.GenerateRequest, context: grpc.ServicerContext
+    ) -> Iterator[rpb.GenerateResponse]:
+        request_id = request.request_id or self.loop.new_request_id()
+        try:
+            prompt_ids = (
+                list(request.token_ids.ids)
+                if request.HasField("token_ids")
+                else self.loop.engine.tokenizer.encode(request.text)
+            )
+            options = sampling_from_proto(request.sampling)
+            params = SamplingParams(
+                temperature=options.temperature,
+                top_p=options.top_p,
+                top_k=options.top_k,
+                min_p=options.min_p,
+                seed=options.seed,
+                max_tokens=request.max_tokens if request.HasField("max_tokens") else None,
+                stop=list(request.stop),
+                stop_token_ids=list(request.stop_token_ids),
+                ignore_eos=request.ignore_eos,
+            )
+            events = self.loop.submit(request_id, prompt_ids, params)
+        except ValueError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        # A client that goes away aborts its request and frees its KV.
+        context.add_callback(lambda: self.loop.abort(request_id))
+        first = True
+        while True:
+            delta: Delta = events.get()
+            if delta.error is not None:
+                context.abort(grpc.StatusCode.UNAVAILABLE, delta.error)
+            yield rpb.GenerateResponse(
+                request_id=request_id,
+                token_ids=delta.token_ids,
+                text=delta.text,
+                finish_reason=FINISH_REASONS[delta.finish_reason],
+                prompt_token_ids=prompt_ids if first else [],
+                num_prompt_tokens=len(prompt_ids),
+                speculation=rpb.SpeculationStats(
+                    num_drafts=delta.num_drafts,
+                    num_draft_tokens=delta.num_draft_tokens,
+                    num_accepted_tokens=delta.num_accepted_tokens,
+                ),
+            )
+            first = False
+            if delta.finish_reason is not None:
+                return
+
+    def Abort(self, request: rpb.AbortRequest, context: grpc.ServicerContext) -> rpb.AbortResponse:
+        self.loop.abort(request.request_id)
+        return rpb.AbortResponse(aborted=True)
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    target_workers: str = field(metadata={"help": "target worker address host:port"})
+    draft_workers: str | None = field(
+        default=None, metadata={"help": "draft worker address host:port; none: no speculation"}
+    )
+    num_speculative_tokens: int = field(default=5, metadata={"help": "drafts per round"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
+    grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+
+    def __post_init__(self) -> None:
+        for name in ("target_workers", "draft_workers"):
+            value = getattr(self, name)
+            if value and "," in value:
+                raise ValueError(
+                    f"--{name.replace('_', '-')}: worker pools are not supported yet; "
+                    "pass one host:port"
+                )
+        if self.num_speculative_tokens < 1:
+            raise ValueError(
+                f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}"
+            )
+
+
+def serve(config: RouterConfig) -> None:
+    """Run the router until SIGTERM."""
+    k = config.num_speculative_tokens if config.draft_workers else 0
+    workers = build_remote_workers(config.target_workers, config.draft_workers, k)
+    spec = SpeculativeConfig(workers.draft.describe().model, k) if workers.draft else None
+    engine = LLMEngine(
+        EngineConfig(model=workers.target.describe().model, speculative=spec), workers
+    )
+    loop = EngineLoop(engine)
+    running = start_server(
+        [(router_pb2_grpc.add_RouterServicer_to_server, RouterService(loop), SERVICE_NAME)],
+        f"{config.host}:{config.port}",
+        max_workers=128,
+    )
+    serve_until_signalled(running, config.grace_s, f"router ready on {config.host}:{{port}}")
+    loop.stop()

@@ -1,0 +1,42 @@
+"""Starting specserve services as real processes on loopback, for tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+READY = re.compile(r"ready on (\S+:\d+)")
+
+
+@contextmanager
+def service(*args: str, timeout_s: float = 120) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``specserve ARGS`` until it prints its ready line; yield (address, process)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specserve", *args, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        seen = []
+        for line in process.stdout:
+            seen.append(line)
+            match = READY.search(line)
+            if match:
+                break
+        else:
+            raise RuntimeError(f"specserve {args[0]} exited before it was ready:\n{''.join(seen)}")
+        yield match.group(1), process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()

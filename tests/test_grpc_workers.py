@@ -1,0 +1,199 @@
+"""Draft and target workers as real processes on loopback, driven by the engine
+through the gRPC transport: the same output as the in-process engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos import common_pb2 as pb
+from protos import draft_worker_pb2 as dpb
+from protos import draft_worker_pb2_grpc, router_pb2_grpc
+from protos import router_pb2 as rpb
+from router.config import EngineConfig, SpeculativeConfig
+from router.engine import LLMEngine
+from router.params import SamplingParams
+from router.workers import build_remote_workers
+from specserve import LLM
+from tests.grpc_processes import service
+
+K = 4
+PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]
+WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "512", "--num-kv-blocks", "256")
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[tuple[str, str]]:
+    with (
+        service("target-worker", "--model", "specserve/demo-target", *WORKER_ARGS) as (t, _),
+        service("draft-worker", "--model", "specserve/demo-draft", *WORKER_ARGS) as (d, _),
+    ):
+        yield t, d
+
+
+def remote_engine(target: str, draft: str | None) -> LLMEngine:
+    spec = SpeculativeConfig("specserve/demo-draft", K) if draft else None
+    config = EngineConfig(model="specserve/demo-target", speculative=spec)
+    return LLMEngine(config, build_remote_workers(target, draft, K if draft else 0))
+
+
+def run(engine: LLMEngine, params: SamplingParams) -> list[list[int]]:
+    states = [
+        engine.add_request(str(i), engine.tokenizer.encode(p), params)[0]
+        for i, p in enumerate(PROMPTS)
+    ]
+    while engine.has_unfinished():
+        engine.step()
+    return [s.output_ids for s in states]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0, max_tokens=24),
+        SamplingParams(temperature=0.8, top_p=0.95, seed=11, max_tokens=24),
+    ],
+    ids=["greedy", "seeded"],
+)
+def test_workers_over_grpc_give_the_in_process_output(
+    workers: tuple[str, str], params: SamplingParams
+) -> None:
+    local = LLM(
+        "specserve/demo-target",
+        dtype="float32",
+        max_model_len=512,
+        speculative_config={"model": "specserve/demo-draft", "num_speculative_tokens": K},
+    )
+    expected = [
+        o.outputs[0].token_ids
+        for o in local.generate(PROMPTS, [params] * len(PROMPTS), use_tqdm=False)
+    ]
+    engine = remote_engine(*workers)
+    assert run(engine, params) == expected
+    assert engine.metrics.num_draft_tokens > 0
+    info = engine.workers.target.describe()
+    assert info.num_free_blocks == info.num_blocks  # every sequence was released
+
+
+def test_workers_serve_health_and_refuse_a_bad_k(workers: tuple[str, str]) -> None:
+    _, draft = workers
+    for address in workers:
+        with grpc.insecure_channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    with grpc.insecure_channel(draft) as channel:
+        stub = draft_worker_pb2_grpc.DraftWorkerStub(channel)
+        batch = dpb.ProposeBatch(
+            num_draft_tokens=0,
+            sequences=[dpb.ProposeRequest(tokens=pb.SequenceTokens(seq_id=1, token_ids=[1, 2]))],
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Propose(iter([batch]), timeout=10))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # and it keeps serving
+        assert stub.Describe(pb.DescribeRequest(), timeout=10).vocab_size == 4096
+
+
+def test_an_unknown_sequence_and_bad_tokens_get_their_own_status(workers: tuple[str, str]) -> None:
+    _, draft = workers
+    with grpc.insecure_channel(draft) as channel:
+        stub = draft_worker_pb2_grpc.DraftWorkerStub(channel)
+        batch = dpb.ProposeBatch(
+            num_draft_tokens=2,
+            sequences=[
+                dpb.ProposeRequest(
+                    tokens=pb.SequenceTokens(seq_id=900, cached_len=5, token_ids=[1])
+                ),
+                dpb.ProposeRequest(tokens=pb.SequenceTokens(seq_id=901, token_ids=[1, 99999])),
+                dpb.ProposeRequest(
+                    tokens=pb.SequenceTokens(seq_id=902, token_ids=[]),
+                    sampling=pb.SamplingParams(temperature=0),
+                ),
+                dpb.ProposeRequest(
+                    tokens=pb.SequenceTokens(seq_id=903, token_ids=[5, 6]),
+                    sampling=pb.SamplingParams(temperature=0),
+                ),
+            ],
+        )
+        (result,) = list(stub.Propose(iter([batch]), timeout=30))
+        codes = [p.status.code for p in result.proposals]
+        assert codes == [
+            pb.SequenceStatus.NOT_FOUND,
+            pb.SequenceStatus.INVALID_ARGUMENT,
+            pb.SequenceStatus.INVALID_ARGUMENT,
+            pb.SequenceStatus.OK,
+        ]
+        assert len(result.proposals[3].token_ids) == 2
+        stub.Release(pb.ReleaseRequest(seq_ids=[900, 901, 902, 903]), timeout=10)
+
+
+@pytest.fixture(scope="module")
+def router(workers: tuple[str, str]) -> Iterator[str]:
+    target, draft = workers
+    args = (
+        "--target-workers",
+        target,
+        "--draft-workers",
+        draft,
+        "--num-speculative-tokens",
+        str(K),
+    )
+    with service("router", *args) as (address, _):
+        yield address
+
+
+def stream(address: str, request: rpb.GenerateRequest) -> list[rpb.GenerateResponse]:
+    with grpc.insecure_channel(address) as channel:
+        return list(router_pb2_grpc.RouterStub(channel).Generate(request, timeout=60))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0, max_tokens=24),
+        SamplingParams(temperature=0.8, top_p=0.95, seed=11, max_tokens=24),
+    ],
+    ids=["greedy", "seeded"],
+)
+def test_router_worker_processes_stream_the_in_process_output(
+    router: str, params: SamplingParams
+) -> None:
+    local = LLM(
+        "specserve/demo-target",
+        dtype="float32",
+        max_model_len=512,
+        speculative_config={"model": "specserve/demo-draft", "num_speculative_tokens": K},
+    )
+    expected = local.generate(PROMPTS, [params] * len(PROMPTS), use_tqdm=False)
+    for prompt, out in zip(PROMPTS, expected, strict=True):
+        request = rpb.GenerateRequest(
+            text=prompt,
+            max_tokens=24,
+            sampling=pb.SamplingParams(
+                temperature=params.temperature, top_p=params.top_p, seed=params.seed
+            ),
+        )
+        responses = stream(router, request)
+        assert [t for r in responses for t in r.token_ids] == out.outputs[0].token_ids
+        assert "".join(r.text for r in responses) == out.outputs[0].text
+        assert responses[-1].finish_reason == rpb.FINISH_REASON_LENGTH
+        assert responses[0].prompt_token_ids == out.prompt_token_ids
+        assert responses[-1].speculation.num_draft_tokens > 0
+
+
+def test_router_refuses_bad_input_and_keeps_serving(router: str) -> None:
+    for request in (
+        rpb.GenerateRequest(token_ids=rpb.TokenIds(ids=[])),
+        rpb.GenerateRequest(token_ids=rpb.TokenIds(ids=[1, 10**6])),
+        rpb.GenerateRequest(text="x", sampling=pb.SamplingParams(temperature=-1)),
+    ):
+        with pytest.raises(grpc.RpcError) as info:
+            stream(router, request)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    responses = stream(router, rpb.GenerateRequest(text="def f():", max_tokens=4))
+    assert sum(len(r.token_ids) for r in responses) == 4
