@@ -27,6 +27,10 @@ from protos.target_worker_pb2_grpc import TargetWorkerStub
 logger = logging.getLogger(__name__)
 
 
+class WorkerUnavailableError(RuntimeError):
+    """A worker could not be reached or its stream broke; the engine decides what to do."""
+
+
 class DraftClient(Protocol):
     @property
     def num_free_blocks(self) -> int: ...
@@ -47,20 +51,35 @@ class TargetClient(Protocol):
 
 
 class _BatchStream:
-    """One long-lived bidirectional stream: send a batch, receive its result."""
+    """One long-lived bidirectional stream: send a batch, receive its result.
 
-    def __init__(self, start_call):  # type: ignore[no-untyped-def]
-        self._outbox: queue.Queue[object] = queue.Queue()
-        self._results: Iterator = start_call(iter(self._outbox.get, None))
+    A stream that breaks is opened again on the next call.
+    """
+
+    def __init__(self, start_call, address: str):  # type: ignore[no-untyped-def]
+        self._start_call = start_call
+        self._address = address
         self._lock = threading.Lock()
+        self._outbox: queue.Queue[object] | None = None
+        self._results: Iterator | None = None
 
     def call(self, message: object) -> object:
         with self._lock:  # one batch in flight per stream
+            if self._outbox is None or self._results is None:
+                self._outbox = queue.Queue()
+                self._results = self._start_call(iter(self._outbox.get, None))
             self._outbox.put(message)
-            return next(self._results)
+            try:
+                return next(self._results)
+            except (grpc.RpcError, StopIteration) as e:
+                self.close()
+                code = e.code() if isinstance(e, grpc.RpcError) else "stream ended"
+                raise WorkerUnavailableError(f"worker {self._address}: {code}") from e
 
     def close(self) -> None:
-        self._outbox.put(None)
+        if self._outbox is not None:
+            self._outbox.put(None)
+        self._outbox = self._results = None
 
 
 class _GrpcWorker:
@@ -72,8 +91,15 @@ class _GrpcWorker:
         self._free_blocks = 0
         self._info: WorkerInfo | None = None
 
-    def _describe(self, stub: DraftWorkerStub | TargetWorkerStub) -> WorkerInfo:
-        m = stub.Describe(pb.DescribeRequest(), timeout=self.timeout_s, wait_for_ready=True)
+    def _describe(
+        self, stub: DraftWorkerStub | TargetWorkerStub, wait_for_ready: bool = False
+    ) -> WorkerInfo:
+        try:
+            m = stub.Describe(
+                pb.DescribeRequest(), timeout=self.timeout_s, wait_for_ready=wait_for_ready
+            )
+        except grpc.RpcError as e:
+            raise WorkerUnavailableError(f"worker {self.address}: {e.code()}") from e
         info = WorkerInfo(
             m.model, m.vocab_size, m.max_model_len, m.block_size, m.num_blocks, m.num_free_blocks
         )
@@ -98,8 +124,8 @@ class GrpcDraftClient(_GrpcWorker):
     def __init__(self, address: str, timeout_s: float = 60.0):
         super().__init__(address, timeout_s)
         self.stub = DraftWorkerStub(self.channel)
-        self.info = self._describe(self.stub)
-        self._propose = _BatchStream(self.stub.Propose)
+        self.info = self._describe(self.stub, wait_for_ready=True)
+        self._propose = _BatchStream(self.stub.Propose, address)
 
     def describe(self) -> WorkerInfo:
         return self._describe(self.stub)
@@ -123,9 +149,9 @@ class GrpcTargetClient(_GrpcWorker):
     def __init__(self, address: str, timeout_s: float = 60.0):
         super().__init__(address, timeout_s)
         self.stub = TargetWorkerStub(self.channel)
-        self.info = self._describe(self.stub)
-        self._prefill = _BatchStream(self.stub.Prefill)
-        self._verify = _BatchStream(self.stub.Verify)
+        self.info = self._describe(self.stub, wait_for_ready=True)
+        self._prefill = _BatchStream(self.stub.Prefill, address)
+        self._verify = _BatchStream(self.stub.Verify, address)
 
     @property
     def vocab_size(self) -> int:

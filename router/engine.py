@@ -23,6 +23,7 @@ import torch
 
 from model_runtime.kv_cache import blocks_for
 from protos.messages import ProposeRequest, SequenceTokens, StatusCode, VerifyRequest
+from router.clients import WorkerUnavailableError
 from router.config import EngineConfig
 from router.detokenizer import IncrementalDetokenizer
 from router.metrics import SpeculationMetrics
@@ -33,6 +34,8 @@ from router.workers import Workers, build_local_workers
 logger = logging.getLogger(__name__)
 
 LOG_INTERVAL_S = 10.0
+# How often to look for a lost draft worker again.
+DRAFT_RETRY_S = 1.0
 
 # One sequence's proposal: k tokens, and the support and probabilities of each q.
 Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
@@ -51,6 +54,8 @@ class LLMEngine:
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
         self._seq_ids = itertools.count(secrets.randbits(56))
+        self.speculating = self.workers.draft is not None
+        self._draft_lost_at = 0.0
         self._last_log = time.monotonic()
         self._tokens_since_log = 0
 
@@ -176,7 +181,7 @@ class LLMEngine:
 
     def _round(self, finished: list[SequenceState]) -> None:
         seqs = list(self.running)
-        drafts = self._propose(seqs) if self.workers.draft is not None else {}
+        drafts = self._propose(seqs) if self._draft_available() else {}
         requests = []
         for s in seqs:
             tokens, ids, probs = drafts.get(s.seq_id, ([], None, None))
@@ -223,7 +228,15 @@ class LLMEngine:
             )
             for s in seqs
         ]
-        proposals = draft.propose(requests, self.k)
+        try:
+            proposals = draft.propose(requests, self.k)
+        except WorkerUnavailableError as e:
+            logger.warning("draft worker lost (%s): decoding without speculation", e)
+            self.speculating = False
+            self._draft_lost_at = time.monotonic()
+            for seq in self.running + list(self.waiting):
+                seq.draft_cached = 0  # whatever it held is gone
+            return {}
         result: dict[int, Draft] = {}
         for seq, p in zip(seqs, proposals, strict=True):
             if p.status.code == StatusCode.NOT_FOUND:
@@ -232,6 +245,24 @@ class LLMEngine:
                 seq.draft_cached = seq.num_tokens + self.k - 1
                 result[seq.seq_id] = (p.token_ids, p.draft_ids, p.draft_probs)
         return result
+
+    def _draft_available(self) -> bool:
+        """Whether to speculate this round; a lost draft worker is retried now and then."""
+        draft = self.workers.draft
+        if draft is None:
+            return False
+        if self.speculating:
+            return True
+        if time.monotonic() - self._draft_lost_at < DRAFT_RETRY_S:
+            return False
+        try:
+            draft.describe()
+        except WorkerUnavailableError:
+            self._draft_lost_at = time.monotonic()
+            return False
+        logger.info("draft worker is back: speculating again")
+        self.speculating = True
+        return True
 
     def _append(self, seq: SequenceState, tokens: list[int], finished: list[SequenceState]) -> None:
         before = len(seq.output_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,12 +13,20 @@ from contextlib import contextmanager
 READY = re.compile(r"ready on (\S+:\d+)")
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextmanager
-def service(*args: str, timeout_s: float = 120) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def service(
+    *args: str, port: int = 0, timeout_s: float = 120
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Run ``specserve ARGS`` until it prints its ready line; yield (address, process)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "specserve", *args, "--port", "0"],
+        [sys.executable, "-m", "specserve", *args, "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

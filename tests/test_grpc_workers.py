@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2 as dpb
-from protos import draft_worker_pb2_grpc, router_pb2_grpc
+from protos import draft_worker_pb2_grpc, router_pb2_grpc, target_worker_pb2_grpc
 from protos import router_pb2 as rpb
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
@@ -197,3 +197,30 @@ def test_router_refuses_bad_input_and_keeps_serving(router: str) -> None:
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     responses = stream(router, rpb.GenerateRequest(text="def f():", max_tokens=4))
     assert sum(len(r.token_ids) for r in responses) == 4
+
+
+def test_64_concurrent_streams_complete_and_free_every_block(
+    router: str, workers: tuple[str, str]
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> int:
+        request = rpb.GenerateRequest(
+            text=f"def f{i}(x):",
+            max_tokens=16,
+            ignore_eos=True,
+            sampling=pb.SamplingParams(temperature=1.0, seed=i),
+        )
+        return sum(len(r.token_ids) for r in stream(router, request))
+
+    with ThreadPoolExecutor(64) as pool:
+        assert list(pool.map(one, range(64))) == [16] * 64
+    for address in workers:
+        with grpc.insecure_channel(address) as channel:
+            stub = (
+                target_worker_pb2_grpc.TargetWorkerStub
+                if address == workers[0]
+                else draft_worker_pb2_grpc.DraftWorkerStub
+            )(channel)
+            info = stub.Describe(pb.DescribeRequest(), timeout=10)
+            assert info.num_free_blocks == info.num_blocks

@@ -1,0 +1,110 @@
+"""Worker failures seen through the router: lose the draft worker and keep
+serving without speculation (and speculate again when it returns); lose the
+target worker and fail its streams with UNAVAILABLE, promptly."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+
+from protos import common_pb2 as pb
+from protos import router_pb2 as rpb
+from protos import router_pb2_grpc
+from tests.grpc_processes import free_port, service
+
+ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--num-kv-blocks", "1024")
+
+
+def generate(address: str, prompt: str, max_tokens: int) -> list[rpb.GenerateResponse]:
+    with grpc.insecure_channel(address) as channel:
+        request = rpb.GenerateRequest(
+            text=prompt,
+            max_tokens=max_tokens,
+            ignore_eos=True,
+            sampling=pb.SamplingParams(temperature=0),
+        )
+        return list(router_pb2_grpc.RouterStub(channel).Generate(request, timeout=120))
+
+
+def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_speculation() -> None:
+    draft_port = free_port()
+    with service("target-worker", "--model", "specserve/demo-target", *ARGS) as (target, _):
+        draft_cm = service(
+            "draft-worker", "--model", "specserve/demo-draft", *ARGS, port=draft_port
+        )
+        draft, draft_process = draft_cm.__enter__()
+        with service(
+            "router",
+            "--target-workers",
+            target,
+            "--draft-workers",
+            draft,
+            "--num-speculative-tokens",
+            "4",
+        ) as (router, _):
+            results: dict[int, list[rpb.GenerateResponse]] = {}
+            finished_at: list[float] = []
+
+            def run(i: int) -> None:
+                results[i] = generate(router, f"def f{i}(x):", 300)
+                finished_at.append(time.monotonic())
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            time.sleep(1.5)  # the streams are under way
+            draft_process.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            draft_cm.__exit__(None, None, None)
+            for t in threads:
+                t.join(timeout=120)
+            assert min(finished_at) > killed_at, "the streams ended before the draft was lost"
+            assert sorted(results) == list(range(8))
+            for responses in results.values():
+                assert sum(len(r.token_ids) for r in responses) == 300
+                assert responses[-1].finish_reason == rpb.FINISH_REASON_LENGTH
+            with service("draft-worker", "--model", "specserve/demo-draft", *ARGS, port=draft_port):
+                time.sleep(1.5)  # the router looks for it again every second
+                after = generate(router, "def g(x):", 32)
+                assert after[-1].speculation.num_draft_tokens > 0
+                assert after[-1].speculation.num_accepted_tokens > 0
+
+
+def test_losing_the_target_worker_fails_streams_with_unavailable_promptly() -> None:
+    with (
+        service("target-worker", "--model", "specserve/demo-target", *ARGS) as (target, tp),
+        service("draft-worker", "--model", "specserve/demo-draft", *ARGS) as (draft, _),
+        service(
+            "router",
+            "--target-workers",
+            target,
+            "--draft-workers",
+            draft,
+            "--num-speculative-tokens",
+            "4",
+        ) as (router, router_process),
+    ):
+        errors: list[grpc.StatusCode] = []
+
+        def run() -> None:
+            try:
+                generate(router, "def f(x):", 1000)
+            except grpc.RpcError as e:
+                errors.append(e.code())
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        time.sleep(1.5)
+        tp.send_signal(signal.SIGKILL)
+        started = time.monotonic()
+        thread.join(timeout=60)
+        assert not thread.is_alive() and time.monotonic() - started < 30
+        assert errors == [grpc.StatusCode.UNAVAILABLE]
+        assert router_process.poll() is None  # the router is still up
+        with pytest.raises(grpc.RpcError) as info:  # and says why for new work
+            generate(router, "def g(x):", 4)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
