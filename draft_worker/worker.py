@@ -70,6 +70,9 @@ class DraftWorker:
     def describe(self) -> WorkerInfo:
         return WorkerInfo.of(self.runner, self.model_name)
 
+    def probe(self, timeout_s: float) -> bool:
+        return True  # in-process: always there
+
     def _propose_batch(self, batch: Sequence[ProposeRequest], k: int) -> list[Proposal]:
         params = SamplingTensors.build(
             [r.sampling for r in batch], [1] * len(batch), self.runner.vocab_size, self.device

@@ -26,6 +26,13 @@ from protos.target_worker_pb2_grpc import TargetWorkerStub
 
 logger = logging.getLogger(__name__)
 
+# Reconnect to a restarted worker within about a second, not gRPC's default two minutes.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
 
 class WorkerUnavailableError(RuntimeError):
     """A worker could not be reached or its stream broke; the engine decides what to do."""
@@ -37,6 +44,7 @@ class DraftClient(Protocol):
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]: ...
     def release(self, seq_ids: Sequence[int]) -> int: ...
     def describe(self) -> WorkerInfo: ...
+    def probe(self, timeout_s: float) -> bool: ...
 
 
 class TargetClient(Protocol):
@@ -86,17 +94,22 @@ class _GrpcWorker:
     def __init__(self, address: str, timeout_s: float):
         self.address = address
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(address)
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._batch_ids = itertools.count()
         self._free_blocks = 0
         self._info: WorkerInfo | None = None
 
     def _describe(
-        self, stub: DraftWorkerStub | TargetWorkerStub, wait_for_ready: bool = False
+        self,
+        stub: DraftWorkerStub | TargetWorkerStub,
+        wait_for_ready: bool = False,
+        timeout_s: float | None = None,
     ) -> WorkerInfo:
         try:
             m = stub.Describe(
-                pb.DescribeRequest(), timeout=self.timeout_s, wait_for_ready=wait_for_ready
+                pb.DescribeRequest(),
+                timeout=timeout_s or self.timeout_s,
+                wait_for_ready=wait_for_ready,
             )
         except grpc.RpcError as e:
             raise WorkerUnavailableError(f"worker {self.address}: {e.code()}") from e
@@ -129,6 +142,14 @@ class GrpcDraftClient(_GrpcWorker):
 
     def describe(self) -> WorkerInfo:
         return self._describe(self.stub)
+
+    def probe(self, timeout_s: float) -> bool:
+        """Whether the worker answers within ``timeout_s`` (waiting for a reconnect)."""
+        try:
+            self._describe(self.stub, wait_for_ready=True, timeout_s=timeout_s)
+        except WorkerUnavailableError:
+            return False
+        return True
 
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)

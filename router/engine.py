@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 LOG_INTERVAL_S = 10.0
 # How often to look for a lost draft worker again.
 DRAFT_RETRY_S = 1.0
+DRAFT_PROBE_S = 0.05  # how long a round may wait for the answer
 
 # One sequence's proposal: k tokens, and the support and probabilities of each q.
 Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
@@ -255,9 +256,7 @@ class LLMEngine:
             return True
         if time.monotonic() - self._draft_lost_at < DRAFT_RETRY_S:
             return False
-        try:
-            draft.describe()
-        except WorkerUnavailableError:
+        if not draft.probe(DRAFT_PROBE_S):
             self._draft_lost_at = time.monotonic()
             return False
         logger.info("draft worker is back: speculating again")

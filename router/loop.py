@@ -12,7 +12,7 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from router.engine import LLMEngine
@@ -57,14 +57,23 @@ class _Stream:
 
 
 class EngineLoop:
-    def __init__(self, engine: LLMEngine):
+    def __init__(
+        self, engine: LLMEngine, on_speculation_change: Callable[[bool], None] | None = None
+    ):
         self.engine = engine
+        self._on_speculation_change = on_speculation_change
+        self._speculating = engine.speculating
         self._commands: queue.Queue[_Add | _Abort | None] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
         self._ids = itertools.count()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
+
+    @property
+    def num_requests(self) -> int:
+        """Requests submitted and not yet finished (read from any thread)."""
+        return len(self._streams) + self._commands.qsize()
 
     def new_request_id(self) -> str:
         return f"req-{next(self._ids)}"
@@ -114,6 +123,10 @@ class EngineLoop:
                     self._fail_all(f"{type(e).__name__}: {e}")
                     continue
                 self._publish()
+                if self.engine.speculating != self._speculating:
+                    self._speculating = self.engine.speculating
+                    if self._on_speculation_change is not None:
+                        self._on_speculation_change(self._speculating)
 
     def _publish(self) -> None:
         for request_id, stream in list(self._streams.items()):

@@ -11,7 +11,13 @@ import grpc
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
 from protos.convert import sampling_from_proto
-from protos.serving import serve_until_signalled, start_server
+from protos.serving import (
+    NOT_SERVING,
+    SERVING,
+    RunningServer,
+    serve_until_signalled,
+    start_server,
+)
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import Delta, EngineLoop
@@ -27,14 +33,25 @@ FINISH_REASONS = {
 }
 
 
+# Health name whose status says whether the router is speculating (SERVING) or
+# decoding without a draft worker (NOT_SERVING).
+SPECULATION_HEALTH = "specserve.v1.Router/speculation"
+
+
 class RouterService(router_pb2_grpc.RouterServicer):
-    def __init__(self, loop: EngineLoop):
+    def __init__(self, loop: EngineLoop, max_pending_requests: int = 1024):
         self.loop = loop
+        self.max_pending_requests = max_pending_requests
 
     def Generate(
         self, request: rpb.GenerateRequest, context: grpc.ServicerContext
     ) -> Iterator[rpb.GenerateResponse]:
         request_id = request.request_id or self.loop.new_request_id()
+        if self.loop.num_requests >= self.max_pending_requests:
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self.loop.num_requests} requests are in flight, the most this router takes",
+            )
         try:
             prompt_ids = (
                 list(request.token_ids.ids)
@@ -95,8 +112,13 @@ class RouterConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
     grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+    max_pending_requests: int = field(
+        default=1024, metadata={"help": "requests in flight before RESOURCE_EXHAUSTED"}
+    )
 
     def __post_init__(self) -> None:
+        if self.max_pending_requests < 1:
+            raise ValueError(f"max_pending_requests must be >= 1, got {self.max_pending_requests}")
         for name in ("target_workers", "draft_workers"):
             value = getattr(self, name)
             if value and "," in value:
@@ -118,11 +140,20 @@ def serve(config: RouterConfig) -> None:
     engine = LLMEngine(
         EngineConfig(model=workers.target.describe().model, speculative=spec), workers
     )
-    loop = EngineLoop(engine)
+    health: list[RunningServer] = []
+
+    def report(speculating: bool) -> None:
+        for running in health:
+            running.health.set(SPECULATION_HEALTH, SERVING if speculating else NOT_SERVING)
+
+    loop = EngineLoop(engine, report)
+    service = RouterService(loop, config.max_pending_requests)
     running = start_server(
-        [(router_pb2_grpc.add_RouterServicer_to_server, RouterService(loop), SERVICE_NAME)],
+        [(router_pb2_grpc.add_RouterServicer_to_server, service, SERVICE_NAME)],
         f"{config.host}:{config.port}",
         max_workers=128,
     )
+    health.append(running)
+    report(engine.speculating)
     serve_until_signalled(running, config.grace_s, f"router ready on {config.host}:{{port}}")
     loop.stop()

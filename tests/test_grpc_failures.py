@@ -10,6 +10,7 @@ import time
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import common_pb2 as pb
 from protos import router_pb2 as rpb
@@ -28,6 +29,12 @@ def generate(address: str, prompt: str, max_tokens: int) -> list[rpb.GenerateRes
             sampling=pb.SamplingParams(temperature=0),
         )
         return list(router_pb2_grpc.RouterStub(channel).Generate(request, timeout=120))
+
+
+def speculation_health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        request = health_pb2.HealthCheckRequest(service="specserve.v1.Router/speculation")
+        return int(health_pb2_grpc.HealthStub(channel).Check(request, timeout=10).status)
 
 
 def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_speculation() -> None:
@@ -63,15 +70,21 @@ def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_specul
             for t in threads:
                 t.join(timeout=120)
             assert min(finished_at) > killed_at, "the streams ended before the draft was lost"
+            assert speculation_health(router) == health_pb2.HealthCheckResponse.NOT_SERVING
             assert sorted(results) == list(range(8))
             for responses in results.values():
                 assert sum(len(r.token_ids) for r in responses) == 300
                 assert responses[-1].finish_reason == rpb.FINISH_REASON_LENGTH
             with service("draft-worker", "--model", "specserve/demo-draft", *ARGS, port=draft_port):
-                time.sleep(1.5)  # the router looks for it again every second
-                after = generate(router, "def g(x):", 32)
+                # The router looks for it again every second.
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    after = generate(router, "def g(x):", 32)
+                    if after[-1].speculation.num_draft_tokens:
+                        break
                 assert after[-1].speculation.num_draft_tokens > 0
                 assert after[-1].speculation.num_accepted_tokens > 0
+                assert speculation_health(router) == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_losing_the_target_worker_fails_streams_with_unavailable_promptly() -> None:
@@ -108,3 +121,31 @@ def test_losing_the_target_worker_fails_streams_with_unavailable_promptly() -> N
         with pytest.raises(grpc.RpcError) as info:  # and says why for new work
             generate(router, "def g(x):", 4)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_sigterm_stops_a_worker_cleanly() -> None:
+    with service("draft-worker", "--model", "specserve/demo-draft", *ARGS, "--grace-s", "1") as (
+        address,
+        process,
+    ):
+        with grpc.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            status = health.Check(health_pb2.HealthCheckRequest(), timeout=10).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_a_full_router_answers_resource_exhausted() -> None:
+    with (
+        service("target-worker", "--model", "specserve/demo-target", *ARGS) as (target, _),
+        service("router", "--target-workers", target, "--max-pending-requests", "1") as (r, _),
+    ):
+        first = threading.Thread(target=generate, args=(r, "def f(x):", 300))
+        first.start()
+        time.sleep(1.0)
+        with pytest.raises(grpc.RpcError) as info:
+            generate(r, "def g(x):", 4)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        first.join(timeout=120)
+        assert len(generate(r, "def h(x):", 4)) >= 1  # served again once there is room
