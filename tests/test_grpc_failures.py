@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import common_pb2 as pb
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
-from tests.grpc_processes import free_port, service
+from router.launch import free_port, service
 
 ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--num-kv-blocks", "1024")
 

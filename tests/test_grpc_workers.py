@@ -19,10 +19,10 @@ from protos import draft_worker_pb2_grpc, router_pb2_grpc, target_worker_pb2_grp
 from protos import router_pb2 as rpb
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
+from router.launch import service
 from router.params import SamplingParams
 from router.workers import build_remote_workers
 from specserve import LLM
-from tests.grpc_processes import service
 
 K = 4
 PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]

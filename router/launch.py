@@ -1,4 +1,5 @@
-"""Starting specserve services as real processes on loopback, for tests."""
+"""Starting specserve services as processes on this machine and waiting until
+they are ready (tests, benchmarks, and single-machine deployments)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 import socket
 import subprocess
 import sys
+import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,8 +26,13 @@ def free_port() -> int:
 def service(
     *args: str, port: int = 0, timeout_s: float = 120
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``specserve ARGS`` until it prints its ready line; yield (address, process)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    """Run ``specserve ARGS`` until it prints its ready line; yield (address, process).
+
+    Its output is read on (and kept, the last lines, in ``process.output_tail``)
+    so that a chatty service never blocks on a full pipe. Leaving the block
+    sends SIGTERM, then SIGKILL after ``timeout_s``.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "specserve", *args, "--port", str(port)],
         stdout=subprocess.PIPE,
@@ -42,6 +50,9 @@ def service(
                 break
         else:
             raise RuntimeError(f"specserve {args[0]} exited before it was ready:\n{''.join(seen)}")
+        tail: deque[str] = deque(seen, maxlen=200)
+        process.output_tail = tail  # type: ignore[attr-defined]
+        threading.Thread(target=tail.extend, args=(process.stdout,), daemon=True).start()
         yield match.group(1), process
     finally:
         process.terminate()

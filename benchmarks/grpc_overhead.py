@@ -1,0 +1,203 @@
+"""What the gRPC transport costs: the router's overhead per round, and
+end-to-end tokens/s in one process against three processes on loopback.
+
+    python benchmarks/grpc_overhead.py --out grpc_overhead.json
+
+Per round, at batch B (every sequence decoding, greedy, bundled pair, k = 4):
+- model: time inside the workers' propose + verify calls (in-process engine);
+- in-process round: the whole engine step with in-process workers;
+- gRPC round: the same step with the workers in two other processes.
+Router overhead = (gRPC round - model) / gRPC round: scheduling, serialisation
+and RPC together. End to end: generate tokens/s for 1 and 16 concurrent
+requests, speculation on and off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from typing import Any
+
+import grpc
+import torch
+
+from protos import common_pb2, router_pb2, router_pb2_grpc
+from router.config import EngineConfig, SpeculativeConfig
+from router.engine import LLMEngine
+from router.launch import service
+from router.params import SamplingParams
+from router.workers import build_remote_workers
+
+K = 4
+WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "2048", "--num-kv-blocks", "4096")
+
+
+class Timed:
+    """Wraps a worker and adds up the time spent inside its batch calls."""
+
+    def __init__(self, worker: Any):
+        self.worker, self.seconds = worker, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.worker, name)
+        if name not in ("propose", "verify", "prefill"):
+            return attr
+
+        def timed(*args: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return attr(*args)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        return timed
+
+
+def engine_local() -> LLMEngine:
+    config = EngineConfig(
+        model="specserve/demo-target",
+        dtype="float32",
+        max_model_len=2048,
+        speculative=SpeculativeConfig("specserve/demo-draft", K),
+        num_kv_blocks_override=4096,
+    )
+    engine = LLMEngine(config)
+    engine.workers.target = Timed(engine.workers.target)  # type: ignore[assignment]
+    engine.workers.draft = Timed(engine.workers.draft)  # type: ignore[assignment]
+    return engine
+
+
+def round_ms(engine: LLMEngine, batch: int, rounds: int = 10) -> tuple[float, float]:
+    """(mean step ms, mean ms inside the workers) with ``batch`` sequences decoding."""
+    params = SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"b{batch}-{i}", engine.tokenizer.encode(f"def f{i}(x):"), params)
+    for _ in range(3):
+        engine.step()  # admit, prefill, warm up
+    timers = [w for w in (engine.workers.target, engine.workers.draft) if isinstance(w, Timed)]
+    for t in timers:
+        t.seconds = 0.0
+    start = time.perf_counter()
+    for _ in range(rounds):
+        engine.step()
+    total = (time.perf_counter() - start) / rounds * 1e3
+    inside = sum(t.seconds for t in timers) / rounds * 1e3
+    for seq in list(engine.running):
+        engine.abort(seq.request_id)
+    return total, inside
+
+
+def tokens_per_s(generate_one: Callable[[int], int], concurrency: int, requests: int) -> float:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        tokens = sum(pool.map(generate_one, range(requests)))
+    return tokens / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64])
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    result: dict[str, Any] = {"threads": torch.get_num_threads(), "k": K, "rounds": []}
+    local = engine_local()
+    with ExitStack() as stack:
+        target, _ = stack.enter_context(
+            service("target-worker", "--model", "specserve/demo-target", *WORKER_ARGS)
+        )
+        draft, _ = stack.enter_context(
+            service("draft-worker", "--model", "specserve/demo-draft", *WORKER_ARGS)
+        )
+        remote = LLMEngine(
+            EngineConfig(
+                model="specserve/demo-target",
+                speculative=SpeculativeConfig("specserve/demo-draft", K),
+            ),
+            build_remote_workers(target, draft, K),
+        )
+        for batch in args.batch:
+            local_ms, model_ms = round_ms(local, batch)
+            grpc_ms, _ = round_ms(remote, batch)
+            row = {
+                "batch": batch,
+                "model_ms": model_ms,
+                "in_process_round_ms": local_ms,
+                "grpc_round_ms": grpc_ms,
+                "router_overhead_fraction": (grpc_ms - model_ms) / grpc_ms,
+            }
+            result["rounds"].append(row)
+            print(json.dumps(row), flush=True)
+
+        result["end_to_end"] = []
+        for speculate in (False, True):
+            router_args = ["--target-workers", target, "--num-speculative-tokens", str(K)]
+            if speculate:
+                router_args += ["--draft-workers", draft]
+            router, _ = stack.enter_context(service("router", *router_args))
+            spec = {"model": "specserve/demo-draft", "num_speculative_tokens": K}
+            engine = LLMEngine(
+                EngineConfig(
+                    model="specserve/demo-target",
+                    dtype="float32",
+                    max_model_len=2048,
+                    speculative=SpeculativeConfig.from_dict(spec) if speculate else None,
+                )
+            )
+            channel = stack.enter_context(grpc.insecure_channel(router))
+            stub = router_pb2_grpc.RouterStub(channel)
+
+            def over_grpc(i: int, stub: router_pb2_grpc.RouterStub = stub) -> int:
+                request = router_pb2.GenerateRequest(
+                    text=f"def f{i}(x):",
+                    max_tokens=args.max_tokens,
+                    ignore_eos=True,
+                    sampling=common_pb2.SamplingParams(temperature=0),
+                )
+                return sum(len(r.token_ids) for r in stub.Generate(request, timeout=600))
+
+            for concurrency in (1, 16):
+                requests = concurrency * 2
+                params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
+                start = time.perf_counter()
+                for i in range(requests):
+                    engine.add_request(str(i), engine.tokenizer.encode(f"def f{i}(x):"), params)
+                    if concurrency == 1:
+                        while engine.has_unfinished():
+                            engine.step()
+                while engine.has_unfinished():
+                    engine.step()
+                local_tps = requests * args.max_tokens / (time.perf_counter() - start)
+                row = {
+                    "speculation": speculate,
+                    "concurrency": concurrency,
+                    "in_process_tokens_per_s": local_tps,
+                    "three_processes_tokens_per_s": tokens_per_s(over_grpc, concurrency, requests),
+                }
+                result["end_to_end"].append(row)
+                print(json.dumps(row), flush=True)
+    print(f"\nrounds (k={K}, {result['threads']} threads):")
+    print(f"{'batch':>6}{'model':>9}{'in-proc':>9}{'gRPC':>9}{'overhead':>10}")
+    for r in result["rounds"]:
+        print(
+            f"{r['batch']:>6}{r['model_ms']:>9.1f}{r['in_process_round_ms']:>9.1f}"
+            f"{r['grpc_round_ms']:>9.1f}{r['router_overhead_fraction']:>10.0%}"
+        )
+    print("end to end tokens/s:")
+    for r in result["end_to_end"]:
+        print(
+            f"  speculation {r['speculation']!s:<6} concurrency {r['concurrency']:>3}: "
+            f"in-process {r['in_process_tokens_per_s']:>7.1f}, "
+            f"three processes {r['three_processes_tokens_per_s']:>7.1f}"
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
