@@ -33,7 +33,7 @@ from router.params import SamplingParams
 from router.workers import build_remote_workers
 
 K = 4
-WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "2048", "--num-kv-blocks", "4096")
+WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--num-kv-blocks", "4096")
 
 
 class Timed:
@@ -61,7 +61,7 @@ def engine_local() -> LLMEngine:
     config = EngineConfig(
         model="specserve/demo-target",
         dtype="float32",
-        max_model_len=2048,
+        max_model_len=1024,
         speculative=SpeculativeConfig("specserve/demo-draft", K),
         num_kv_blocks_override=4096,
     )
@@ -144,7 +144,7 @@ def main() -> None:
                 EngineConfig(
                     model="specserve/demo-target",
                     dtype="float32",
-                    max_model_len=2048,
+                    max_model_len=1024,
                     speculative=SpeculativeConfig.from_dict(spec) if speculate else None,
                 )
             )
