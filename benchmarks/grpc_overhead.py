@@ -118,7 +118,7 @@ def main() -> None:
                 model="specserve/demo-target",
                 speculative=SpeculativeConfig("specserve/demo-draft", K),
             ),
-            build_remote_workers(target, draft, K),
+            build_remote_workers([target], [draft], K),
         )
         for batch in args.batch:
             local_ms, model_ms = round_ms(local, batch)

@@ -56,6 +56,7 @@ class TargetClient(Protocol):
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]: ...
     def release(self, seq_ids: Sequence[int]) -> int: ...
     def describe(self) -> WorkerInfo: ...
+    def probe(self, timeout_s: float) -> bool: ...
 
 
 class _BatchStream:
@@ -91,13 +92,15 @@ class _BatchStream:
 
 
 class _GrpcWorker:
+    stub: DraftWorkerStub | TargetWorkerStub
+    info: WorkerInfo  # as last described
+
     def __init__(self, address: str, timeout_s: float):
         self.address = address
         self.timeout_s = timeout_s
         self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._batch_ids = itertools.count()
         self._free_blocks = 0
-        self._info: WorkerInfo | None = None
 
     def _describe(
         self,
@@ -116,12 +119,20 @@ class _GrpcWorker:
         info = WorkerInfo(
             m.model, m.vocab_size, m.max_model_len, m.block_size, m.num_blocks, m.num_free_blocks
         )
-        self._info, self._free_blocks = info, info.num_free_blocks
+        self.info, self._free_blocks = info, info.num_free_blocks
         return info
 
     @property
     def num_free_blocks(self) -> int:
         return self._free_blocks
+
+    def probe(self, timeout_s: float) -> bool:
+        """Whether the worker answers within ``timeout_s`` (waiting for a reconnect)."""
+        try:
+            self._describe(self.stub, wait_for_ready=True, timeout_s=timeout_s)
+        except WorkerUnavailableError:
+            return False
+        return True
 
     def _release(self, stub: DraftWorkerStub | TargetWorkerStub, seq_ids: Sequence[int]) -> int:
         """Best effort: a worker that is gone has nothing left to free."""
@@ -142,14 +153,6 @@ class GrpcDraftClient(_GrpcWorker):
 
     def describe(self) -> WorkerInfo:
         return self._describe(self.stub)
-
-    def probe(self, timeout_s: float) -> bool:
-        """Whether the worker answers within ``timeout_s`` (waiting for a reconnect)."""
-        try:
-            self._describe(self.stub, wait_for_ready=True, timeout_s=timeout_s)
-        except WorkerUnavailableError:
-            return False
-        return True
 
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)

@@ -146,6 +146,7 @@ class EngineLoop:
                     num_drafts=seq.counts.num_drafts,
                     num_draft_tokens=seq.counts.num_draft_tokens,
                     num_accepted_tokens=seq.counts.num_accepted_tokens,
+                    error=seq.error,
                 )
             )
             stream.sent_tokens, stream.sent_text = len(seq.output_ids), text_end

@@ -29,9 +29,12 @@ class SequenceState:
     eos_token_id: int | None
     max_model_len: int
     output_ids: list[int] = field(default_factory=list)
+    target_worker: int = -1  # which target worker holds its KV (-1: none yet)
+    draft_worker: int = -1  # which draft worker drafts for it (-1: none yet)
     target_cached: int = 0  # tokens of all_ids the target worker holds
     draft_cached: int = 0  # tokens of all_ids the draft worker holds
     finish_reason: str | None = None  # "stop" or "length" (or "abort")
+    error: str | None = None  # why it was aborted, when a worker failed it
     stop_reason: int | str | None = None
     counts: SpeculationCounts = field(default_factory=SpeculationCounts)
 
@@ -54,6 +57,7 @@ class SequenceState:
     def reset_workers(self) -> None:
         """Forget what the workers held (preempted or lost): recompute from tokens."""
         self.target_cached = self.draft_cached = 0
+        self.target_worker = self.draft_worker = -1
 
     def append(self, token_ids: list[int]) -> None:
         """Append generated tokens one by one until one of them finishes the sequence."""

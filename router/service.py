@@ -104,9 +104,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
 
 @dataclass(frozen=True)
 class RouterConfig:
-    target_workers: str = field(metadata={"help": "target worker address host:port"})
+    target_workers: str = field(
+        metadata={"help": "target worker addresses, host:port[,host:port...]"}
+    )
     draft_workers: str | None = field(
-        default=None, metadata={"help": "draft worker address host:port; none: no speculation"}
+        default=None,
+        metadata={"help": "draft worker addresses, host:port[,host:port...]; none: no speculation"},
     )
     num_speculative_tokens: int = field(default=5, metadata={"help": "drafts per round"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
@@ -116,16 +119,15 @@ class RouterConfig:
         default=1024, metadata={"help": "requests in flight before RESOURCE_EXHAUSTED"}
     )
 
+    @staticmethod
+    def addresses(value: str | None) -> list[str]:
+        return [a.strip() for a in (value or "").split(",") if a.strip()]
+
     def __post_init__(self) -> None:
+        if not self.addresses(self.target_workers):
+            raise ValueError("--target-workers needs at least one host:port")
         if self.max_pending_requests < 1:
             raise ValueError(f"max_pending_requests must be >= 1, got {self.max_pending_requests}")
-        for name in ("target_workers", "draft_workers"):
-            value = getattr(self, name)
-            if value and "," in value:
-                raise ValueError(
-                    f"--{name.replace('_', '-')}: worker pools are not supported yet; "
-                    "pass one host:port"
-                )
         if self.num_speculative_tokens < 1:
             raise ValueError(
                 f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}"
@@ -134,8 +136,9 @@ class RouterConfig:
 
 def serve(config: RouterConfig) -> None:
     """Run the router until SIGTERM."""
-    k = config.num_speculative_tokens if config.draft_workers else 0
-    workers = build_remote_workers(config.target_workers, config.draft_workers, k)
+    drafts = config.addresses(config.draft_workers)
+    k = config.num_speculative_tokens if drafts else 0
+    workers = build_remote_workers(config.addresses(config.target_workers), drafts, k)
     spec = SpeculativeConfig(workers.draft.describe().model, k) if workers.draft else None
     engine = LLMEngine(
         EngineConfig(model=workers.target.describe().model, speculative=spec), workers

@@ -25,11 +25,20 @@ class Workers:
     """The workers an engine drives (in-process or gRPC clients) and what it needs to know."""
 
     tokenizer: PreTrainedTokenizerBase
-    target: TargetClient
-    draft: DraftClient | None
+    targets: list[TargetClient]
+    drafts: list[DraftClient]
     max_model_len: int
     num_blocks: int
     block_size: int
+    vocab_size: int
+
+    @property
+    def target(self) -> TargetClient:
+        return self.targets[0]
+
+    @property
+    def draft(self) -> DraftClient | None:
+        return self.drafts[0] if self.drafts else None
 
 
 def resolve_device(name: str) -> torch.device:
@@ -89,27 +98,45 @@ def build_local_workers(config: EngineConfig) -> Workers:
         draft = DraftWorker(
             runner(draft_model), DraftWorkerConfig(config.draft_top_n, config.seed), spec.model
         )
-    return Workers(tokenizer, target, draft, max_len, num_blocks, config.block_size)
+    return Workers(
+        tokenizer,
+        [target],
+        [draft] if draft else [],
+        max_len,
+        num_blocks,
+        config.block_size,
+        target.vocab_size,
+    )
 
 
 def build_remote_workers(
-    target_address: str, draft_address: str | None, num_speculative_tokens: int
+    target_addresses: list[str], draft_addresses: list[str], num_speculative_tokens: int
 ) -> Workers:
-    """Clients of workers running elsewhere; the tokenizer is the target's model's."""
+    """Clients of worker pools running elsewhere; the tokenizer is the target model's.
+
+    Every worker of a pool must serve the same model with the same tokenizer.
+    """
     from router.clients import GrpcDraftClient, GrpcTargetClient
 
-    target = GrpcTargetClient(target_address)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(target.info.model))
-    max_len = target.info.max_model_len
-    block_size = target.info.block_size
-    num_blocks = target.info.num_blocks
-    draft = None
-    if draft_address is not None:
-        draft = GrpcDraftClient(draft_address)
-        check_same_tokenizer(
-            tokenizer, AutoTokenizer.from_pretrained(resolve_model(draft.info.model))
-        )
-        max_len = min(max_len, draft.info.max_model_len - num_speculative_tokens)
-        block_size = min(block_size, draft.info.block_size)
-        num_blocks = min(num_blocks, draft.info.num_blocks)
-    return Workers(tokenizer, target, draft, max_len, num_blocks, block_size)
+    if not target_addresses:
+        raise ValueError("at least one target worker address is needed")
+    targets = [GrpcTargetClient(a) for a in target_addresses]
+    drafts = [GrpcDraftClient(a) for a in draft_addresses]
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(targets[0].info.model))
+    infos = [t.info for t in targets] + [d.info for d in drafts]
+    for info in infos[1:]:
+        check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(resolve_model(info.model)))
+    max_len = min(
+        [t.info.max_model_len for t in targets]
+        + [d.info.max_model_len - num_speculative_tokens for d in drafts]
+    )
+    vocab = targets[0].info.vocab_size
+    return Workers(
+        tokenizer,
+        list(targets),
+        list(drafts),
+        max_len,
+        min(i.num_blocks for i in infos),
+        min(i.block_size for i in infos),
+        vocab,
+    )

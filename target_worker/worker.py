@@ -88,6 +88,9 @@ class TargetWorker:
     def describe(self) -> WorkerInfo:
         return WorkerInfo.of(self.runner, self.model_name)
 
+    def probe(self, timeout_s: float) -> bool:
+        return True  # in-process: always there
+
     def _verify_batch(self, batch: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         num_drafts = [len(r.draft_token_ids) for r in batch]
         logits = self.runner.forward(

@@ -149,3 +149,45 @@ def test_a_full_router_answers_resource_exhausted() -> None:
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         first.join(timeout=120)
         assert len(generate(r, "def h(x):", 4)) >= 1  # served again once there is room
+
+
+def test_a_pool_survives_losing_one_target_worker_and_one_draft_worker() -> None:
+    with (
+        service("target-worker", "--model", "specserve/demo-target", *ARGS) as (t0, t0_process),
+        service("target-worker", "--model", "specserve/demo-target", *ARGS) as (t1, _),
+        service("draft-worker", "--model", "specserve/demo-draft", *ARGS) as (d0, d0_process),
+        service("draft-worker", "--model", "specserve/demo-draft", *ARGS) as (d1, _),
+        service(
+            "router",
+            "--target-workers",
+            f"{t0},{t1}",
+            "--draft-workers",
+            f"{d0},{d1}",
+            "--num-speculative-tokens",
+            "4",
+        ) as (router, router_process),
+    ):
+        outcomes: list[object] = []
+
+        def run(i: int) -> None:
+            try:
+                outcomes.append(generate(router, f"def f{i}(x):", 400))
+            except grpc.RpcError as e:
+                outcomes.append(e.code())
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)  # one stream on each target worker, well under way
+        d0_process.send_signal(signal.SIGKILL)
+        t0_process.send_signal(signal.SIGKILL)
+        for t in threads:
+            t.join(timeout=120)
+        failed = [o for o in outcomes if isinstance(o, grpc.StatusCode)]
+        done = [o for o in outcomes if isinstance(o, list)]
+        assert failed == [grpc.StatusCode.UNAVAILABLE] and len(done) == 1
+        assert sum(len(r.token_ids) for r in done[0]) == 400
+        assert router_process.poll() is None
+        after = generate(router, "def g(x):", 32)  # new work goes to the live workers
+        assert sum(len(r.token_ids) for r in after) == 32
+        assert after[-1].speculation.num_draft_tokens > 0  # the other draft worker drafts

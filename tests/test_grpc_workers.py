@@ -41,7 +41,9 @@ def workers() -> Iterator[tuple[str, str]]:
 def remote_engine(target: str, draft: str | None) -> LLMEngine:
     spec = SpeculativeConfig("specserve/demo-draft", K) if draft else None
     config = EngineConfig(model="specserve/demo-target", speculative=spec)
-    return LLMEngine(config, build_remote_workers(target, draft, K if draft else 0))
+    return LLMEngine(
+        config, build_remote_workers([target], [draft] if draft else [], K if draft else 0)
+    )
 
 
 def run(engine: LLMEngine, params: SamplingParams) -> list[list[int]]:
