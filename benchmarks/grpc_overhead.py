@@ -134,8 +134,14 @@ def main() -> None:
             print(json.dumps(row), flush=True)
 
         result["end_to_end"] = []
-        for speculate in (False, True):
-            router_args = ["--target-workers", target, "--num-speculative-tokens", str(K)]
+        for speculate, overlap in ((False, False), (True, False), (True, True)):
+            router_args = [
+                "--target-workers",
+                target,
+                "--num-speculative-tokens",
+                str(K),
+                "--overlap" if overlap else "--no-overlap",
+            ]
             if speculate:
                 router_args += ["--draft-workers", draft]
             router, _ = stack.enter_context(service("router", *router_args))

@@ -92,6 +92,9 @@ class EngineConfig:
     draft_top_n: int = 32
     tensor_parallel_size: int = 1
     num_kv_blocks_override: int | None = None  # skip the memory budget (tests, benchmarks)
+    # Keep two micro-batches in flight: draft one while verifying the other.
+    # Pays off when draft and target run on different devices or hosts.
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization <= 1:

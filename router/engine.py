@@ -24,13 +24,12 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-import torch
-
 from model_runtime.kv_cache import blocks_for
-from protos.messages import ProposeRequest, SequenceTokens, StatusCode, VerifyRequest
+from protos.messages import SequenceTokens, StatusCode, VerifyRequest
 from router.clients import WorkerUnavailableError
 from router.config import EngineConfig
 from router.detokenizer import IncrementalDetokenizer
+from router.drafting import Draft, Drafter
 from router.metrics import SpeculationMetrics
 from router.params import SamplingParams
 from router.pool import WorkerPool
@@ -44,9 +43,6 @@ LOG_INTERVAL_S = 10.0
 RETRY_S = 1.0
 PROBE_S = 0.05
 
-# One sequence's proposal: k tokens, and the support and probabilities of each q.
-Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
-
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, workers: Workers | None = None):
@@ -58,6 +54,8 @@ class LLMEngine:
         self.metrics = SpeculationMetrics(self.k)
         self.targets = WorkerPool(self.workers.targets, "target", RETRY_S, PROBE_S)
         self.drafts = WorkerPool(self.workers.drafts, "draft", RETRY_S, PROBE_S)
+        self.drafter = Drafter(self.drafts, self.k, config.overlap)
+        self._turn = 0  # the micro-batch to verify next, with overlap
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
         # Sequence ids start at a random point, so that several routers can share
@@ -150,6 +148,12 @@ class LLMEngine:
             for s in seqs
         )
 
+    def _smaller_micro_batch(self) -> int:
+        counts = [0, 0]
+        for s in self.running:
+            counts[s.micro_batch] += 1
+        return 0 if counts[0] <= counts[1] else 1
+
     def _room(self, target: int) -> int:
         worker = self.workers.targets[target]
         return worker.num_free_blocks - self._growth_blocks(self._on(target))
@@ -166,6 +170,7 @@ class LLMEngine:
             room[target] -= need
             seq = self.waiting.popleft()
             seq.target_worker = target
+            seq.micro_batch = self._smaller_micro_batch()
             placed[target].append(seq)
             admitted += 1
         for target, seqs in placed.items():
@@ -212,11 +217,26 @@ class LLMEngine:
         self.waiting.appendleft(seq)
 
     def _round(self, finished: list[SequenceState]) -> None:
-        drafts = self._propose(list(self.running)) if self.k else {}
+        if not self.k:
+            self._verify_all(list(self.running), {}, finished)
+        elif not self.config.overlap:
+            self._verify_all(list(self.running), self.drafter.propose(list(self.running)), finished)
+        else:
+            # Two micro-batches: verify one while the draft pool proposes for the other.
+            groups = {m: [s for s in self.running if s.micro_batch == m] for m in (0, 1)}
+            now = self._turn if groups[self._turn] else 1 - self._turn
+            drafts = self.drafter.collect(now, groups[now])
+            self.drafter.start(1 - now, groups[1 - now])
+            self._verify_all(groups[now], drafts, finished)
+            self._turn = 1 - now
+
+    def _verify_all(
+        self, seqs: list[SequenceState], drafts: dict[int, Draft], finished: list[SequenceState]
+    ) -> None:
         for target in range(len(self.workers.targets)):
-            seqs = self._on(target)
-            if seqs:
-                self._verify(target, seqs, drafts, finished)
+            on_target = [s for s in seqs if s.target_worker == target]
+            if on_target:
+                self._verify(target, on_target, drafts, finished)
 
     def _verify(
         self,
@@ -261,47 +281,6 @@ class LLMEngine:
                 seq.counts.num_accepted_tokens += out.num_accepted_drafts
                 self.metrics.record(k, out.num_accepted_drafts)
             self._append(seq, out.token_ids, finished)
-
-    def _propose(self, seqs: list[SequenceState]) -> dict[int, Draft]:
-        up = self.drafts.up()
-        if not up:
-            return {}
-        load = {d: sum(s.draft_worker == d for s in seqs) for d in up}
-        groups: dict[int, list[SequenceState]] = {d: [] for d in up}
-        for seq in seqs:
-            if seq.draft_worker not in load:  # new, or its draft worker was lost
-                seq.draft_worker = min(up, key=lambda d: load[d])
-                seq.draft_cached = 0  # re-prefilled on the new draft worker
-                load[seq.draft_worker] += 1
-            groups[seq.draft_worker].append(seq)
-        result: dict[int, Draft] = {}
-        for draft, group in groups.items():
-            if group:
-                result |= self._propose_on(draft, group)
-        return result
-
-    def _propose_on(self, draft: int, seqs: list[SequenceState]) -> dict[int, Draft]:
-        requests = [
-            ProposeRequest(
-                SequenceTokens(s.seq_id, s.draft_cached, s.all_ids[s.draft_cached :]), s.options
-            )
-            for s in seqs
-        ]
-        try:
-            proposals = self.workers.drafts[draft].propose(requests, self.k)
-        except WorkerUnavailableError as e:
-            self.drafts.lose(draft, e)
-            for seq in seqs:
-                seq.draft_worker, seq.draft_cached = -1, 0
-            return {}
-        result: dict[int, Draft] = {}
-        for seq, p in zip(seqs, proposals, strict=True):
-            if p.status.code == StatusCode.NOT_FOUND:
-                seq.draft_cached = 0  # re-prefilled on the draft next round
-            if p.status.ok:
-                seq.draft_cached = seq.num_tokens + self.k - 1
-                result[seq.seq_id] = (p.token_ids, p.draft_ids, p.draft_probs)
-        return result
 
     def _append(self, seq: SequenceState, tokens: list[int], finished: list[SequenceState]) -> None:
         before = len(seq.output_ids)

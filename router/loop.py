@@ -94,6 +94,7 @@ class EngineLoop:
         self._stopped.set()
         self._commands.put(None)
         self._thread.join(timeout=30)
+        self.engine.drafter.close()
 
     def _apply(self, command: _Add | _Abort | None) -> None:
         if isinstance(command, _Add):

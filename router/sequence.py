@@ -31,6 +31,7 @@ class SequenceState:
     output_ids: list[int] = field(default_factory=list)
     target_worker: int = -1  # which target worker holds its KV (-1: none yet)
     draft_worker: int = -1  # which draft worker drafts for it (-1: none yet)
+    micro_batch: int = 0  # which of the two overlapped micro-batches it rides in
     target_cached: int = 0  # tokens of all_ids the target worker holds
     draft_cached: int = 0  # tokens of all_ids the draft worker holds
     finish_reason: str | None = None  # "stop" or "length" (or "abort")

@@ -115,6 +115,10 @@ class RouterConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
     grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+    overlap: bool = field(
+        default=True,
+        metadata={"help": "keep two micro-batches in flight: draft one while verifying the other"},
+    )
     max_pending_requests: int = field(
         default=1024, metadata={"help": "requests in flight before RESOURCE_EXHAUSTED"}
     )
@@ -141,7 +145,10 @@ def serve(config: RouterConfig) -> None:
     workers = build_remote_workers(config.addresses(config.target_workers), drafts, k)
     spec = SpeculativeConfig(workers.draft.describe().model, k) if workers.draft else None
     engine = LLMEngine(
-        EngineConfig(model=workers.target.describe().model, speculative=spec), workers
+        EngineConfig(
+            model=workers.target.describe().model, speculative=spec, overlap=config.overlap
+        ),
+        workers,
     )
     health: list[RunningServer] = []
 

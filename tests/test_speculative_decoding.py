@@ -188,3 +188,11 @@ def test_a_target_with_a_larger_padded_vocabulary_works(tmp_path: Path) -> None:
         speculative_config={"model": "specserve/demo-draft", "num_speculative_tokens": 3},
     )
     assert greedy_ids(spec, PROMPTS[:4]) == greedy_ids(plain, PROMPTS[:4])
+
+
+def test_overlapped_micro_batches_give_the_same_greedy_output(reference: list[list[int]]) -> None:
+    llm = make_llm(3, overlap=True)
+    assert greedy_ids(llm, PROMPTS) == reference
+    assert llm.get_metrics()["acceptance_rate"] > 0.2
+    assert_all_blocks_free(llm)
+    llm.engine.drafter.close()

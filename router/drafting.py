@@ -1,0 +1,158 @@
+"""Getting drafts from the draft pool.
+
+For a set of sequences the drafter plans which draft worker drafts for which
+(keeping each on its worker while that worker is reachable, moving it to the
+least-loaded one otherwise, where it is re-prefilled from its tokens), calls
+the workers, and applies what comes back to the sequences' bookkeeping.
+
+Calls can run in the background: with ``overlap`` the engine keeps two
+micro-batches, and the draft pool proposes for one while the target pool
+verifies the other. Planning and applying happen on the engine's thread; only
+the worker calls run elsewhere, and a result is applied only to sequences that
+have not changed since it was planned.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+from protos.messages import Proposal, ProposeRequest, SequenceTokens, StatusCode
+from router.clients import DraftClient, WorkerUnavailableError
+from router.pool import WorkerPool
+from router.sequence import SequenceState
+
+# One sequence's proposal: k tokens, and the support and probabilities of each q.
+Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
+
+
+@dataclass
+class _Call:
+    draft: int
+    seqs: list[SequenceState]
+    num_tokens: list[int]  # of each sequence when planned
+    requests: list[ProposeRequest]
+    result: list[Proposal] | WorkerUnavailableError | None = None
+
+
+@dataclass
+class _Plan:
+    calls: list[_Call] = field(default_factory=list)
+    future: Future[None] | None = None
+
+
+class Drafter:
+    def __init__(self, pool: WorkerPool[DraftClient], k: int, overlap: bool):
+        self.pool = pool
+        self.k = k
+        self._executor = ThreadPoolExecutor(max(1, len(pool)), "draft") if overlap else None
+        self._in_flight: dict[int, _Plan] = {}  # micro-batch -> its proposals on the way
+
+    def propose(self, seqs: list[SequenceState]) -> dict[int, Draft]:
+        """Drafts for ``seqs``, now."""
+        plan = self._plan(seqs)
+        self._call(plan)
+        return self._apply(plan, set(map(id, seqs)))
+
+    def start(self, micro_batch: int, seqs: list[SequenceState]) -> None:
+        """Begin proposing for ``seqs`` in the background (once per micro-batch)."""
+        assert self._executor is not None, "start() needs a drafter built with overlap"
+        if micro_batch in self._in_flight or not seqs:
+            return
+        plan = self._plan(seqs)
+        plan.future = self._executor.submit(self._call, plan)
+        self._in_flight[micro_batch] = plan
+
+    def collect(self, micro_batch: int, seqs: list[SequenceState]) -> dict[int, Draft]:
+        """The drafts started for ``micro_batch`` (or new ones, if none are on the way)."""
+        plan = self._in_flight.pop(micro_batch, None)
+        if plan is None:
+            return self.propose(seqs)
+        assert plan.future is not None
+        plan.future.result()
+        return self._apply(plan, set(map(id, seqs)))
+
+    def _plan(self, seqs: list[SequenceState]) -> _Plan:
+        up = self.pool.up()
+        if not up:
+            return _Plan()
+        load = {d: 0 for d in up}
+        for seq in seqs:
+            if seq.draft_worker in load:
+                load[seq.draft_worker] += 1
+        groups: dict[int, list[SequenceState]] = {d: [] for d in up}
+        for seq in seqs:
+            if seq.draft_worker not in load:  # new, or its draft worker was lost
+                seq.draft_worker = min(up, key=lambda d: load[d])
+                seq.draft_cached = 0  # re-prefilled on the new draft worker
+                load[seq.draft_worker] += 1
+            groups[seq.draft_worker].append(seq)
+        plan = _Plan()
+        for draft, group in groups.items():
+            if group:
+                plan.calls.append(
+                    _Call(
+                        draft,
+                        group,
+                        [s.num_tokens for s in group],
+                        [
+                            ProposeRequest(
+                                SequenceTokens(
+                                    s.seq_id, s.draft_cached, s.all_ids[s.draft_cached :]
+                                ),
+                                s.options,
+                            )
+                            for s in group
+                        ],
+                    )
+                )
+        return plan
+
+    def _call(self, plan: _Plan) -> None:
+        for call in plan.calls:
+            try:
+                call.result = self.pool.workers[call.draft].propose(call.requests, self.k)
+            except WorkerUnavailableError as e:
+                call.result = e
+
+    def _apply(self, plan: _Plan, current: set[int]) -> dict[int, Draft]:
+        drafts: dict[int, Draft] = {}
+        for call in plan.calls:
+            if isinstance(call.result, WorkerUnavailableError):
+                self.pool.lose(call.draft, call.result)
+                for seq in call.seqs:
+                    if seq.draft_worker == call.draft:
+                        seq.draft_worker, seq.draft_cached = -1, 0
+                continue
+            assert call.result is not None
+            stale = []
+            for seq, planned, p in zip(call.seqs, call.num_tokens, call.result, strict=True):
+                if (
+                    id(seq) not in current
+                    or seq.finished
+                    or seq.num_tokens != planned
+                    or seq.draft_worker != call.draft
+                ):
+                    stale.append(seq.seq_id)  # changed meanwhile: this draft is of no use
+                    continue
+                if p.status.code == StatusCode.NOT_FOUND:
+                    seq.draft_cached = 0  # re-prefilled on the draft next round
+                if p.status.ok:
+                    seq.draft_cached = seq.num_tokens + self.k - 1
+                    drafts[seq.seq_id] = (p.token_ids, p.draft_ids, p.draft_probs)
+            # A sequence released (finished, aborted, preempted) while its proposal
+            # was on the way may have been created again there: release it again.
+            gone = [
+                s.seq_id
+                for s in call.seqs
+                if s.seq_id in stale and (s.finished or s.draft_worker != call.draft)
+            ]
+            if gone:
+                self.pool.workers[call.draft].release(gone)
+        return drafts
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
