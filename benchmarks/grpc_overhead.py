@@ -30,7 +30,7 @@ from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.launch import service
 from router.params import SamplingParams
-from router.workers import build_remote_workers
+from router.workers import build_local_workers, build_remote_workers
 
 K = 4
 WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--num-kv-blocks", "4096")
@@ -65,10 +65,10 @@ def engine_local() -> LLMEngine:
         speculative=SpeculativeConfig("specserve/demo-draft", K),
         num_kv_blocks_override=4096,
     )
-    engine = LLMEngine(config)
-    engine.workers.target = Timed(engine.workers.target)  # type: ignore[assignment]
-    engine.workers.draft = Timed(engine.workers.draft)  # type: ignore[assignment]
-    return engine
+    workers = build_local_workers(config)
+    workers.targets = [Timed(w) for w in workers.targets]  # type: ignore[misc]
+    workers.drafts = [Timed(w) for w in workers.drafts]  # type: ignore[misc]
+    return LLMEngine(config, workers)
 
 
 def round_ms(engine: LLMEngine, batch: int, rounds: int = 10) -> tuple[float, float]:
@@ -78,7 +78,7 @@ def round_ms(engine: LLMEngine, batch: int, rounds: int = 10) -> tuple[float, fl
         engine.add_request(f"b{batch}-{i}", engine.tokenizer.encode(f"def f{i}(x):"), params)
     for _ in range(3):
         engine.step()  # admit, prefill, warm up
-    timers = [w for w in (engine.workers.target, engine.workers.draft) if isinstance(w, Timed)]
+    timers = [w for w in (*engine.workers.targets, *engine.workers.drafts) if isinstance(w, Timed)]
     for t in timers:
         t.seconds = 0.0
     start = time.perf_counter()
@@ -180,6 +180,7 @@ def main() -> None:
                 local_tps = requests * args.max_tokens / (time.perf_counter() - start)
                 row = {
                     "speculation": speculate,
+                    "overlap": overlap,
                     "concurrency": concurrency,
                     "in_process_tokens_per_s": local_tps,
                     "three_processes_tokens_per_s": tokens_per_s(over_grpc, concurrency, requests),
@@ -196,7 +197,8 @@ def main() -> None:
     print("end to end tokens/s:")
     for r in result["end_to_end"]:
         print(
-            f"  speculation {r['speculation']!s:<6} concurrency {r['concurrency']:>3}: "
+            f"  speculation {r['speculation']!s:<6} overlap {r['overlap']!s:<6} "
+            f"concurrency {r['concurrency']:>3}: "
             f"in-process {r['in_process_tokens_per_s']:>7.1f}, "
             f"three processes {r['three_processes_tokens_per_s']:>7.1f}"
         )
