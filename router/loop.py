@@ -87,8 +87,13 @@ class EngineLoop:
         self._commands.put(_Add(request_id, list(prompt_ids), params, events))
         return events
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str) -> bool:
+        """Abort a request; False if none with that id is in flight."""
+        known = request_id in self._streams or any(
+            isinstance(c, _Add) and c.request_id == request_id for c in list(self._commands.queue)
+        )
         self._commands.put(_Abort(request_id))
+        return known
 
     def stop(self) -> None:
         self._stopped.set()
@@ -104,6 +109,17 @@ class EngineLoop:
             stream = self._streams.pop(command.request_id, None)
             if stream is not None and not stream.seq.finished:
                 self.engine.abort(command.request_id)
+                counts = stream.seq.counts
+                stream.events.put(
+                    Delta(
+                        [],
+                        "",
+                        "abort",
+                        counts.num_drafts,
+                        counts.num_draft_tokens,
+                        counts.num_accepted_tokens,
+                    )
+                )
 
     def _run(self) -> None:
         while not self._stopped.is_set():

@@ -98,8 +98,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 return
 
     def Abort(self, request: rpb.AbortRequest, context: grpc.ServicerContext) -> rpb.AbortResponse:
-        self.loop.abort(request.request_id)
-        return rpb.AbortResponse(aborted=True)
+        return rpb.AbortResponse(aborted=self.loop.abort(request.request_id))
 
 
 @dataclass(frozen=True)

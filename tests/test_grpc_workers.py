@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -260,3 +261,31 @@ def test_an_expired_deadline_aborts_the_request_and_frees_its_blocks(
                 break
             time.sleep(0.1)
         assert info_.num_free_blocks == info_.num_blocks
+
+
+def test_abort_ends_the_stream_and_frees_its_blocks(router: str, workers: tuple[str, str]) -> None:
+    responses: list[rpb.GenerateResponse] = []
+    request = rpb.GenerateRequest(
+        request_id="to-abort", text="def f(x):", max_tokens=500, ignore_eos=True
+    )
+
+    def run() -> None:
+        responses.extend(stream(router, request))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    with grpc.insecure_channel(router) as channel:
+        stub = router_pb2_grpc.RouterStub(channel)
+        for _ in range(100):
+            if stub.Abort(rpb.AbortRequest(request_id="to-abort"), timeout=10).aborted:
+                break
+            time.sleep(0.05)
+        assert not stub.Abort(rpb.AbortRequest(request_id="no-such-request"), timeout=10).aborted
+    thread.join(timeout=30)
+    assert responses and responses[-1].finish_reason == rpb.FINISH_REASON_ABORT
+    assert sum(len(r.token_ids) for r in responses) < 500
+    with grpc.insecure_channel(workers[0]) as channel:
+        info = target_worker_pb2_grpc.TargetWorkerStub(channel).Describe(
+            pb.DescribeRequest(), timeout=10
+        )
+    assert info.num_free_blocks == info.num_blocks
