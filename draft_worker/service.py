@@ -9,26 +9,23 @@ INVALID_ARGUMENT.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import grpc
 
 from draft_worker.worker import DraftWorker, DraftWorkerConfig
 from model_runtime.serving_config import WorkerServerConfig
-from protos import common_pb2 as pb
 from protos import convert, draft_worker_pb2_grpc
 from protos import draft_worker_pb2 as dpb
-from protos.serving import serve_until_signalled, start_server, worker_info_to_proto
+from protos.local_worker import WorkerServicer
+from protos.serving import serve_until_signalled, start_server
 
 MAX_DRAFT_TOKENS = 32
 SERVICE_NAME = "specserve.v1.DraftWorker"
 
 
-class DraftWorkerService(draft_worker_pb2_grpc.DraftWorkerServicer):
-    def __init__(self, worker: DraftWorker):
-        self.worker = worker
-        self.lock = threading.Lock()  # the model runs one batch at a time
+class DraftWorkerService(WorkerServicer, draft_worker_pb2_grpc.DraftWorkerServicer):
+    worker: DraftWorker
 
     def Propose(
         self, request_iterator: Iterator[dpb.ProposeBatch], context: grpc.ServicerContext
@@ -52,16 +49,6 @@ class DraftWorkerService(draft_worker_pb2_grpc.DraftWorkerServicer):
                 proposals=[convert.proposal_to_proto(p) for p in proposals],
                 num_free_blocks=free,
             )
-
-    def Release(
-        self, request: pb.ReleaseRequest, context: grpc.ServicerContext
-    ) -> pb.ReleaseResponse:
-        with self.lock:
-            return pb.ReleaseResponse(num_released=self.worker.release(list(request.seq_ids)))
-
-    def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.WorkerInfo:
-        with self.lock:
-            return worker_info_to_proto(self.worker.describe())
 
 
 def serve(server: WorkerServerConfig, draft: DraftWorkerConfig) -> None:

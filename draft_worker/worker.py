@@ -18,7 +18,8 @@ import torch
 
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
-from protos.messages import OK, Proposal, ProposeRequest, WorkerInfo
+from protos.local_worker import LocalWorker
+from protos.messages import OK, Proposal, ProposeRequest
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,14 @@ class DraftWorkerConfig:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
 
 
-class DraftWorker:
+class DraftWorker(LocalWorker):
     def __init__(
         self,
         runner: ModelRunner,
         config: DraftWorkerConfig = DraftWorkerConfig(),
         model_name: str = "",
     ):
-        self.runner = runner
-        self.model_name = model_name
-        self.device = runner.device
+        super().__init__(runner, model_name)
         self.top_n = min(config.top_n, runner.vocab_size)
         self.randomness = RowRandomness(self.device, config.seed + 1)
 
@@ -59,19 +58,6 @@ class DraftWorker:
             next(proposals) if s.ok else Proposal(r.tokens.seq_id, s)
             for r, s in zip(requests, statuses, strict=True)
         ]
-
-    def release(self, seq_ids: Sequence[int]) -> int:
-        return sum(self.runner.free(s) for s in seq_ids)
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.runner.kv_cache.num_free_blocks
-
-    def describe(self) -> WorkerInfo:
-        return WorkerInfo.of(self.runner, self.model_name)
-
-    def probe(self, timeout_s: float) -> bool:
-        return True  # in-process: always there
 
     def _propose_batch(self, batch: Sequence[ProposeRequest], k: int) -> list[Proposal]:
         params = SamplingTensors.build(

@@ -18,9 +18,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from protos import common_pb2
-from protos.messages import WorkerInfo
-
 # (add_XServicer_to_server, servicer, full service name) for each service.
 ServiceBinding = tuple[Callable[[object, grpc.Server], None], object, str]
 
@@ -91,14 +88,3 @@ def serve_until_signalled(running: RunningServer, grace_s: float, ready_line: st
     print(ready_line.format(port=running.port), flush=True)
     stop.wait()
     running.stop(grace_s)
-
-
-def worker_info_to_proto(info: WorkerInfo) -> common_pb2.WorkerInfo:
-    return common_pb2.WorkerInfo(
-        model=info.model,
-        vocab_size=info.vocab_size,
-        max_model_len=info.max_model_len,
-        block_size=info.block_size,
-        num_blocks=info.num_blocks,
-        num_free_blocks=info.num_free_blocks,
-    )

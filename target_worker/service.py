@@ -4,28 +4,25 @@ are reported)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import grpc
 
 from model_runtime.serving_config import WorkerServerConfig
-from protos import common_pb2 as pb
 from protos import convert, target_worker_pb2_grpc
 from protos import target_worker_pb2 as tpb
+from protos.local_worker import WorkerServicer
 from protos.messages import VerifyRequest
-from protos.serving import serve_until_signalled, start_server, worker_info_to_proto
+from protos.serving import serve_until_signalled, start_server
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 
 SERVICE_NAME = "specserve.v1.TargetWorker"
 M = TypeVar("M")
 
 
-class TargetWorkerService(target_worker_pb2_grpc.TargetWorkerServicer):
-    def __init__(self, worker: TargetWorker):
-        self.worker = worker
-        self.lock = threading.Lock()  # the model runs one batch at a time
+class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerServicer):
+    worker: TargetWorker
 
     def _requests(
         self,
@@ -74,16 +71,6 @@ class TargetWorkerService(target_worker_pb2_grpc.TargetWorkerServicer):
                 outputs=[convert.verify_output_to_proto(o) for o in outputs],
                 num_free_blocks=free,
             )
-
-    def Release(
-        self, request: pb.ReleaseRequest, context: grpc.ServicerContext
-    ) -> pb.ReleaseResponse:
-        with self.lock:
-            return pb.ReleaseResponse(num_released=self.worker.release(list(request.seq_ids)))
-
-    def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.WorkerInfo:
-        with self.lock:
-            return worker_info_to_proto(self.worker.describe())
 
 
 def serve(server: WorkerServerConfig, target: TargetWorkerConfig) -> None:

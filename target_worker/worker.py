@@ -18,7 +18,8 @@ import torch
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus
-from protos.messages import VerifyOutput, VerifyRequest, WorkerInfo
+from protos.local_worker import LocalWorker
+from protos.messages import VerifyOutput, VerifyRequest
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
     RejectionInputs,
@@ -38,25 +39,19 @@ class TargetWorkerConfig:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
 
 
-class TargetWorker:
+class TargetWorker(LocalWorker):
     def __init__(
         self,
         runner: ModelRunner,
         config: TargetWorkerConfig = TargetWorkerConfig(),
         model_name: str = "",
     ):
-        self.runner = runner
-        self.model_name = model_name
-        self.device = runner.device
+        super().__init__(runner, model_name)
         use_triton = config.use_triton
         if use_triton is None:
             use_triton = self.device.type == "cuda"
         self.sample = rejection_sample_triton if use_triton else rejection_sample_reference
         self.randomness = RowRandomness(self.device, config.seed)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.runner.vocab_size
 
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         """Append each prompt and sample its first token."""
@@ -77,19 +72,6 @@ class TargetWorker:
             next(done) if s.ok else VerifyOutput(r.tokens.seq_id, s)
             for r, s in zip(requests, statuses, strict=True)
         ]
-
-    def release(self, seq_ids: Sequence[int]) -> int:
-        return sum(self.runner.free(s) for s in seq_ids)
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.runner.kv_cache.num_free_blocks
-
-    def describe(self) -> WorkerInfo:
-        return WorkerInfo.of(self.runner, self.model_name)
-
-    def probe(self, timeout_s: float) -> bool:
-        return True  # in-process: always there
 
     def _verify_batch(self, batch: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         num_drafts = [len(r.draft_token_ids) for r in batch]
