@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import grpc
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
@@ -101,6 +104,33 @@ class RouterService(router_pb2_grpc.RouterServicer):
         return rpb.AbortResponse(aborted=self.loop.abort(request.request_id))
 
 
+class _SpeculationCollector(Collector):
+    """The engine's speculation counters, read when Prometheus scrapes."""
+
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.engine.metrics
+        yield GaugeMetricFamily(
+            "specserve_speculation_active",
+            "1 while a draft worker is reachable, 0 while decoding without speculation",
+            value=float(self.engine.speculating),
+        )
+        for name, value, text in (
+            ("drafts", m.num_drafts, "rounds that verified drafts"),
+            ("draft_tokens", m.num_draft_tokens, "draft tokens proposed"),
+            ("accepted_tokens", m.num_accepted_tokens, "draft tokens accepted"),
+        ):
+            yield CounterMetricFamily(f"specserve_spec_decode_num_{name}", text, value=value)
+
+
+def start_metrics_server(engine: LLMEngine, host: str, port: int) -> None:
+    registry = CollectorRegistry()
+    registry.register(_SpeculationCollector(engine))
+    start_http_server(port, addr=host, registry=registry)
+
+
 @dataclass(frozen=True)
 class RouterConfig:
     target_workers: str = field(
@@ -117,6 +147,9 @@ class RouterConfig:
     overlap: bool = field(
         default=True,
         metadata={"help": "keep two micro-batches in flight: draft one while verifying the other"},
+    )
+    metrics_port: int | None = field(
+        default=None, metadata={"help": "serve Prometheus metrics over HTTP on this port"}
     )
     max_pending_requests: int = field(
         default=1024, metadata={"help": "requests in flight before RESOURCE_EXHAUSTED"}
@@ -150,6 +183,8 @@ def serve(config: RouterConfig) -> None:
         workers,
     )
     health: list[RunningServer] = []
+    if config.metrics_port is not None:
+        start_metrics_server(engine, config.host, config.metrics_port)
 
     def report(speculating: bool) -> None:
         for running in health:

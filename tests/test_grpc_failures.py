@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -31,6 +32,11 @@ def generate(address: str, prompt: str, max_tokens: int) -> list[rpb.GenerateRes
         return list(router_pb2_grpc.RouterStub(channel).Generate(request, timeout=120))
 
 
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
+
+
 def speculation_health(address: str) -> int:
     with grpc.insecure_channel(address) as channel:
         request = health_pb2.HealthCheckRequest(service="specserve.v1.Router/speculation")
@@ -40,6 +46,7 @@ def speculation_health(address: str) -> int:
 def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_speculation() -> None:
     draft_port = free_port()
     with service("target-worker", "--model", "specserve/demo-target", *ARGS) as (target, _):
+        metrics_port = free_port()
         draft_cm = service(
             "draft-worker", "--model", "specserve/demo-draft", *ARGS, port=draft_port
         )
@@ -52,6 +59,8 @@ def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_specul
             draft,
             "--num-speculative-tokens",
             "4",
+            "--metrics-port",
+            str(metrics_port),
         ) as (router, _):
             results: dict[int, list[rpb.GenerateResponse]] = {}
             finished_at: list[float] = []
@@ -71,6 +80,7 @@ def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_specul
                 t.join(timeout=120)
             assert min(finished_at) > killed_at, "the streams ended before the draft was lost"
             assert speculation_health(router) == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert "specserve_speculation_active 0.0" in metrics(metrics_port)
             assert sorted(results) == list(range(8))
             for responses in results.values():
                 assert sum(len(r.token_ids) for r in responses) == 300
@@ -85,6 +95,9 @@ def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_specul
                 assert after[-1].speculation.num_draft_tokens > 0
                 assert after[-1].speculation.num_accepted_tokens > 0
                 assert speculation_health(router) == health_pb2.HealthCheckResponse.SERVING
+                text = metrics(metrics_port)
+                assert "specserve_speculation_active 1.0" in text
+                assert "specserve_spec_decode_num_accepted_tokens_total" in text
 
 
 def test_losing_the_target_worker_fails_streams_with_unavailable_promptly() -> None:

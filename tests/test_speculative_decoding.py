@@ -196,3 +196,25 @@ def test_overlapped_micro_batches_give_the_same_greedy_output(reference: list[li
     assert llm.get_metrics()["acceptance_rate"] > 0.2
     assert_all_blocks_free(llm)
     llm.engine.drafter.close()
+
+
+def test_workers_that_lose_sequences_get_them_back_from_the_router(
+    reference: list[list[int]],
+) -> None:
+    # As if both workers restarted mid-generation: they answer NOT_FOUND, and
+    # the router re-prefills the sequences from the tokens it holds.
+    llm = make_llm(3)
+    engine = llm.engine
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    states = [
+        engine.add_request(str(i), engine.tokenizer.encode(p), params)[0]
+        for i, p in enumerate(PROMPTS)
+    ]
+    for _ in range(3):
+        engine.step()
+    ids = [s.seq_id for s in states]
+    assert engine.workers.target.release(ids) > 0 and engine.workers.draft.release(ids) > 0
+    while engine.has_unfinished():
+        engine.step()
+    assert [s.output_ids for s in states] == reference
+    assert_all_blocks_free(llm)
