@@ -47,7 +47,10 @@ class Drafter:
     def __init__(self, pool: WorkerPool[DraftClient], k: int, overlap: bool):
         self.pool = pool
         self.k = k
-        self._executor = ThreadPoolExecutor(max(1, len(pool)), "draft") if overlap else None
+        # Calls to several draft workers run at the same time; with overlap a
+        # whole micro-batch's calls also run behind the engine's back.
+        self._calls = ThreadPoolExecutor(max(1, len(pool)), "draft-call")
+        self._executor = ThreadPoolExecutor(1, "draft-overlap") if overlap else None
         self._in_flight: dict[int, _Plan] = {}  # micro-batch -> its proposals on the way
 
     def propose(self, seqs: list[SequenceState]) -> dict[int, Draft]:
@@ -111,11 +114,16 @@ class Drafter:
         return plan
 
     def _call(self, plan: _Plan) -> None:
-        for call in plan.calls:
-            try:
-                call.result = self.pool.workers[call.draft].propose(call.requests, self.k)
-            except WorkerUnavailableError as e:
-                call.result = e
+        if len(plan.calls) > 1:
+            list(self._calls.map(self._call_one, plan.calls))
+        elif plan.calls:
+            self._call_one(plan.calls[0])
+
+    def _call_one(self, call: _Call) -> None:
+        try:
+            call.result = self.pool.workers[call.draft].propose(call.requests, self.k)
+        except WorkerUnavailableError as e:
+            call.result = e
 
     def _apply(self, plan: _Plan, current: set[int]) -> dict[int, Draft]:
         drafts: dict[int, Draft] = {}
@@ -156,3 +164,4 @@ class Drafter:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+        self._calls.shutdown(wait=True)

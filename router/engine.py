@@ -23,9 +23,10 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from model_runtime.kv_cache import blocks_for
-from protos.messages import SequenceTokens, StatusCode, VerifyRequest
+from protos.messages import SequenceTokens, StatusCode, VerifyOutput, VerifyRequest
 from router.clients import WorkerUnavailableError
 from router.config import EngineConfig
 from router.detokenizer import IncrementalDetokenizer
@@ -55,6 +56,7 @@ class LLMEngine:
         self.targets = WorkerPool(self.workers.targets, "target", RETRY_S, PROBE_S)
         self.drafts = WorkerPool(self.workers.drafts, "draft", RETRY_S, PROBE_S)
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
+        self._verify_pool = ThreadPoolExecutor(max(1, len(self.targets)), "verify")
         self._turn = 0  # the micro-batch to verify next, with overlap
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
@@ -233,18 +235,28 @@ class LLMEngine:
     def _verify_all(
         self, seqs: list[SequenceState], drafts: dict[int, Draft], finished: list[SequenceState]
     ) -> None:
-        for target in range(len(self.workers.targets)):
-            on_target = [s for s in seqs if s.target_worker == target]
-            if on_target:
-                self._verify(target, on_target, drafts, finished)
+        """Verify every sequence on its target worker; the workers run at the same time."""
+        groups = {t: [s for s in seqs if s.target_worker == t] for t in range(len(self.targets))}
+        batches = {t: self._verify_requests(g, drafts) for t, g in groups.items() if g}
+        if len(batches) > 1:
+            futures = {
+                t: self._verify_pool.submit(self._call_verify, t, b) for t, b in batches.items()
+            }
+            results = {t: f.result() for t, f in futures.items()}
+        else:
+            results = {t: self._call_verify(t, b) for t, b in batches.items()}
+        for target, outputs in results.items():
+            seqs_t, requests = groups[target], batches[target]
+            if isinstance(outputs, WorkerUnavailableError):
+                self.targets.lose(target, outputs)
+                self._fail(seqs_t, f"target worker {target} was lost: {outputs}", finished)
+                continue
+            for seq, req, out in zip(seqs_t, requests, outputs, strict=True):
+                self._apply_verify(seq, req, out, seq.seq_id in drafts, finished)
 
-    def _verify(
-        self,
-        target: int,
-        seqs: list[SequenceState],
-        drafts: dict[int, Draft],
-        finished: list[SequenceState],
-    ) -> None:
+    def _verify_requests(
+        self, seqs: list[SequenceState], drafts: dict[int, Draft]
+    ) -> list[VerifyRequest]:
         requests = []
         for s in seqs:
             tokens, ids, probs = drafts.get(s.seq_id, ([], None, None))
@@ -258,29 +270,40 @@ class LLMEngine:
                     None if probs is None else probs[:k],
                 )
             )
+        return requests
+
+    def _call_verify(
+        self, target: int, requests: list[VerifyRequest]
+    ) -> list[VerifyOutput] | WorkerUnavailableError:
         try:
-            outputs = self.workers.targets[target].verify(requests)
+            return self.workers.targets[target].verify(requests)
         except WorkerUnavailableError as e:
-            self.targets.lose(target, e)
-            self._fail(seqs, f"target worker {target} was lost: {e}", finished)
+            return e
+
+    def _apply_verify(
+        self,
+        seq: SequenceState,
+        req: VerifyRequest,
+        out: VerifyOutput,
+        drafted: bool,
+        finished: list[SequenceState],
+    ) -> None:
+        if out.status.code in (StatusCode.NOT_FOUND, StatusCode.RESOURCE_EXHAUSTED):
+            self._requeue(seq)
             return
-        for seq, req, out in zip(seqs, requests, outputs, strict=True):
-            if out.status.code in (StatusCode.NOT_FOUND, StatusCode.RESOURCE_EXHAUSTED):
-                self._requeue(seq)
-                continue
-            if not out.status.ok:
-                raise RuntimeError(f"verify of sequence {seq.seq_id} failed: {out.status}")
-            before, k = seq.num_tokens, len(req.draft_token_ids)
-            seq.target_cached = before + out.num_accepted_drafts
-            if seq.seq_id in drafts:
-                # The draft holds the tokens and its first k-1 drafts; keep what was accepted.
-                seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
-            if k:
-                seq.counts.num_drafts += 1
-                seq.counts.num_draft_tokens += k
-                seq.counts.num_accepted_tokens += out.num_accepted_drafts
-                self.metrics.record(k, out.num_accepted_drafts)
-            self._append(seq, out.token_ids, finished)
+        if not out.status.ok:
+            raise RuntimeError(f"verify of sequence {seq.seq_id} failed: {out.status}")
+        before, k = seq.num_tokens, len(req.draft_token_ids)
+        seq.target_cached = before + out.num_accepted_drafts
+        if drafted:
+            # The draft holds the tokens and its first k-1 drafts; keep what was accepted.
+            seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
+        if k:
+            seq.counts.num_drafts += 1
+            seq.counts.num_draft_tokens += k
+            seq.counts.num_accepted_tokens += out.num_accepted_drafts
+            self.metrics.record(k, out.num_accepted_drafts)
+        self._append(seq, out.token_ids, finished)
 
     def _append(self, seq: SequenceState, tokens: list[int], finished: list[SequenceState]) -> None:
         before = len(seq.output_ids)
