@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 
 from draft_worker.worker import DraftWorkerConfig
 from model_runtime.errors import CheckpointError, UnsupportedModelError
@@ -12,11 +11,6 @@ from model_runtime.serving_config import WorkerServerConfig
 from router.arguments import add_config_arguments, config_from_args
 from router.generate import GenerateConfig, generate
 from target_worker.worker import TargetWorkerConfig
-
-# Subcommands whose features are not built yet, and what they will do.
-NOT_YET_AVAILABLE = {
-    "serve": "the OpenAI-compatible server with speculative decoding",
-}
 
 
 def _run_generate(args: argparse.Namespace) -> int:
@@ -41,19 +35,25 @@ def _run_target_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_serve(args: argparse.Namespace) -> int:
+    from router.serve import ServeConfig, deprecated_flags_message, serve
+
+    if args.speculative_model is not None or args.num_speculative_tokens is not None:
+        print(
+            f"specserve serve: error: "
+            f"{deprecated_flags_message(args.speculative_model, args.num_speculative_tokens)}",
+            file=sys.stderr,
+        )
+        return 2
+    serve(config_from_args(ServeConfig, args))
+    return 0
+
+
 def _run_router(args: argparse.Namespace) -> int:
     from router.service import RouterConfig, serve
 
     serve(config_from_args(RouterConfig, args))
     return 0
-
-
-def _not_yet(name: str) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        print(f"specserve {name} ({NOT_YET_AVAILABLE[name]}) is not yet available", file=sys.stderr)
-        return 2
-
-    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,22 +74,33 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_arguments(target, WorkerServerConfig)
     add_config_arguments(target, TargetWorkerConfig, skip={"seed", "use_triton"})
     target.set_defaults(run=_run_target_worker)
+    from router.serve import ServeConfig
     from router.service import RouterConfig
+
+    serve_parser = commands.add_parser(
+        "serve", help="serve a model (and its draft) behind an OpenAI-compatible HTTP API"
+    )
+    add_config_arguments(serve_parser, ServeConfig)
+    for old in ("speculative_model", "num_speculative_tokens"):
+        serve_parser.add_argument(
+            f"--{old}",
+            f"--{old.replace('_', '-')}",
+            dest=old,
+            help=argparse.SUPPRESS,
+            type=int if old == "num_speculative_tokens" else str,
+            default=None,
+        )
+    serve_parser.set_defaults(run=_run_serve)
 
     router = commands.add_parser("router", help="serve the gRPC Router in front of workers")
     add_config_arguments(router, RouterConfig)
     router.set_defaults(run=_run_router)
-    for name, what in NOT_YET_AVAILABLE.items():
-        stub = commands.add_parser(name, help=f"{what} (not yet available)")
-        stub.set_defaults(run=_not_yet(name))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command not in NOT_YET_AVAILABLE:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parser.parse_args(argv)
     try:
         return int(args.run(args))
     except (ValueError, CheckpointError, UnsupportedModelError, OSError) as e:

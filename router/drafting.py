@@ -47,6 +47,8 @@ class Drafter:
     def __init__(self, pool: WorkerPool[DraftClient], k: int, overlap: bool):
         self.pool = pool
         self.k = k
+        # Positions every draft worker holds (sequences beyond get no drafts).
+        self.max_len = min((w.describe().max_model_len for w in pool.workers), default=0)
         # Calls to several draft workers run at the same time; with overlap a
         # whole micro-batch's calls also run behind the engine's back.
         self._calls = ThreadPoolExecutor(max(1, len(pool)), "draft-call")
@@ -87,6 +89,8 @@ class Drafter:
                 load[seq.draft_worker] += 1
         groups: dict[int, list[SequenceState]] = {d: [] for d in up}
         for seq in seqs:
+            if seq.num_tokens + self.k - 1 > self.max_len:
+                continue  # longer than the draft model can hold: decoded without drafts
             if seq.draft_worker not in load:  # new, or its draft worker was lost
                 seq.draft_worker = min(up, key=lambda d: load[d])
                 seq.draft_cached = 0  # re-prefilled on the new draft worker

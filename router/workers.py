@@ -64,14 +64,13 @@ def build_local_workers(config: EngineConfig) -> Workers:
     models = [target_model]
     draft_model = None
     k = spec.num_speculative_tokens if spec else 0
-    # The longest context the models allow: the target's own, and the draft's
-    # less the k - 1 drafts it appends past the last token.
+    # The longest context is the target's; sequences longer than the draft can
+    # hold (with its k - 1 drafts past the last token) are decoded without drafts.
     limit = target_model.config.max_position_embeddings
     if spec is not None:
         draft_dir = resolve_model(spec.model, spec.revision)
         check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(draft_dir))
         draft_model = load_model(draft_dir, config.dtype, device)
-        limit = min(limit, draft_model.config.max_position_embeddings - k)
         models.append(draft_model)
     requested = [n for n in (config.max_model_len, spec and spec.max_model_len) if n]
     if any(n > limit for n in requested):
@@ -126,10 +125,7 @@ def build_remote_workers(
     infos = [t.info for t in targets] + [d.info for d in drafts]
     for info in infos[1:]:
         check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(resolve_model(info.model)))
-    max_len = min(
-        [t.info.max_model_len for t in targets]
-        + [d.info.max_model_len - num_speculative_tokens for d in drafts]
-    )
+    max_len = min(t.info.max_model_len for t in targets)
     vocab = targets[0].info.vocab_size
     return Workers(
         tokenizer,

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -85,11 +84,20 @@ def test_generate_refuses_bad_arguments_with_a_message(qwen3_checkpoint: Path) -
     assert "max_tokens must be >= 1, got 0" in result.stderr
 
 
-@pytest.mark.parametrize("command", ["serve"])
-def test_later_commands_say_they_are_not_yet_available(command: str) -> None:
-    result = specserve(command, "--port", "8000")
+def test_serve_refuses_the_deprecated_flags_and_shows_the_replacement() -> None:
+    result = specserve(
+        "serve",
+        "specserve/demo-target",
+        "--speculative_model",
+        "specserve/demo-draft",
+        "--num_speculative_tokens",
+        "4",
+    )
     assert result.returncode == 2
-    assert "is not yet available" in result.stderr
+    assert (
+        '--speculative_config \'{"model": "specserve/demo-draft", "num_speculative_tokens": 4'
+        in result.stderr
+    )
 
 
 def test_generate_with_speculation_prints_the_same_greedy_text() -> None:

@@ -1,0 +1,73 @@
+"""Request bodies of the OpenAI API, as pydantic models, and the error shape.
+
+Fields follow the OpenAI API and vLLM's extensions (top_k, min_p,
+stop_token_ids, ignore_eos). Values are checked here and again by
+SamplingParams; any failure becomes a 400 with OpenAI's error JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from router.params import SamplingParams
+
+
+class SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    n: int = 1
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    user: str | None = None
+
+    def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
+        """Raises ValueError naming the bad field."""
+        return SamplingParams(
+            n=1,  # each of the n choices is its own request (seed + index)
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            seed=self.seed,
+            max_tokens=self.max_tokens if self.max_tokens is not None else default_max_tokens,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
+            ignore_eos=self.ignore_eos,
+        )
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.get("include_usage"))
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+
+
+def error_body(message: str, kind: str = "invalid_request_error", code: int = 400) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

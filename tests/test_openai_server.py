@@ -1,0 +1,146 @@
+"""`specserve serve` as users start it, and the stock `openai` client against it."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import pytest
+from openai import OpenAI
+
+from router.launch import service
+
+SPEC = '{"model": "specserve/demo-draft", "num_speculative_tokens": 5, "method": "draft_model"}'
+SEED_FLAGS = (
+    "--host",
+    "127.0.0.1",
+    "--seed",
+    "42",
+    "-tp",
+    "1",
+    "--max_model_len",
+    "2048",
+    "--gpu_memory_utilization",
+    "0.8",
+    "--speculative_config",
+    SPEC,
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with service("serve", "specserve/demo-target", *SEED_FLAGS, "--dtype", "float32") as (a, _):
+        yield f"http://{a}"
+
+
+def client(base: str, key: str = "EMPTY") -> OpenAI:
+    return OpenAI(api_key=key, base_url=f"{base}/v1")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_seeds_client_code_runs_unchanged(server: str, stream: bool) -> None:
+    c = client(server)
+    models = c.models.list()
+    model = models.data[0].id
+    completion = c.completions.create(
+        model=model,
+        prompt="The future of AI is",
+        echo=False,
+        n=1,
+        stream=stream,
+    )
+    if stream:
+        chunks = list(completion)
+        text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    else:
+        text = completion.choices[0].text
+        assert completion.usage.completion_tokens == 16  # OpenAI's default max_tokens
+    assert text
+
+
+def test_chat_completions_stream_and_not(server: str) -> None:
+    c = client(server)
+    messages = [{"role": "user", "content": "Write a loop."}]
+    reply = c.chat.completions.create(
+        model="specserve/demo-target", messages=messages, max_tokens=12
+    )
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content
+    chunks = list(
+        c.chat.completions.create(
+            model="specserve/demo-target", messages=messages, max_tokens=12, stream=True
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks)
+
+
+def test_n_3_returns_three_choices_and_echo_returns_the_prompt(server: str) -> None:
+    c = client(server)
+    out = c.completions.create(
+        model="specserve/demo-target", prompt="def f(x):", n=3, max_tokens=8, seed=5
+    )
+    assert sorted(ch.index for ch in out.choices) == [0, 1, 2]
+    echoed = c.completions.create(
+        model="specserve/demo-target", prompt="def f(x):", echo=True, max_tokens=4, temperature=0
+    )
+    assert echoed.choices[0].text.startswith("def f(x):")
+
+
+def post(base: str, path: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        f"{base}{path}",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"model": "specserve/demo-target", "prompt": ', 400),
+        (b'{"model": "no-such-model", "prompt": "x"}', 404),
+        (json.dumps({"prompt": "x " * 3000}).encode(), 400),
+        (b'{"prompt": "x", "max_tokens": -1}', 400),
+        (b'{"prompt": "x", "max_tokens": 100000}', 400),
+        (b'{"prompt": "x", "temperature": -0.5}', 400),
+        (b'{"prompt": "x", "n": 0}', 400),
+        (b'{"prompt": 42.5}', 400),
+        (b'{"prompt": "x", "top_p": "high"}', 400),
+    ],
+)
+def test_bad_requests_get_a_4xx_with_an_openai_error(server: str, body: bytes, status: int) -> None:
+    code, reply = post(server, "/v1/completions", body)
+    assert code == status, reply
+    assert reply["error"]["message"]
+    code, _ = post(server, "/v1/completions", b'{"prompt": "def f():", "max_tokens": 2}')
+    assert code == 200  # and it keeps serving
+
+
+def test_an_api_key_is_required_when_set() -> None:
+    with service(
+        "serve",
+        "specserve/demo-target",
+        "--host",
+        "127.0.0.1",
+        "--api-key",
+        "s3cret",
+        "--dtype",
+        "float32",
+    ) as (address, _):
+        base = f"http://{address}"
+        with pytest.raises(openai.AuthenticationError):
+            client(base, "wrong").models.list()
+        assert client(base, "s3cret").models.list().data
+        code, _ = post(base, "/v1/completions", b'{"prompt": "x", "max_tokens": 1}')
+        assert code == 401
