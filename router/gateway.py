@@ -15,10 +15,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from router.loop import Delta, EngineLoop
+from router.metrics import GatewayMetrics
 from router.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -34,9 +36,20 @@ class GatewayError(Exception):
         self.status = status
 
 
-async def _deltas(events: Any) -> AsyncIterator[Delta]:
+async def _deltas(events: Any, metrics: GatewayMetrics) -> AsyncIterator[Delta]:
+    """One choice's deltas, timing the first token and the gaps between tokens."""
+    start = last = time.monotonic()
+    first = True
     while True:
         delta: Delta = await asyncio.to_thread(events.get)
+        now = time.monotonic()
+        if delta.token_ids:
+            if first:
+                metrics.ttft.observe(now - start)
+                first = False
+            else:
+                metrics.itl.observe((now - last) / len(delta.token_ids))
+            last = now
         yield delta
         if delta.finish_reason is not None:
             return
@@ -45,6 +58,7 @@ async def _deltas(events: Any) -> AsyncIterator[Delta]:
 def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="specserve")
     tokenizer = loop.engine.tokenizer
+    metrics = GatewayMetrics(loop.engine)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -62,14 +76,28 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
         )
 
     @app.middleware("http")
-    async def _auth(request: Request, call_next: Any) -> Any:
-        if api_key and request.url.path.startswith("/v1"):
-            if request.headers.get("authorization") != f"Bearer {api_key}":
-                return JSONResponse(
-                    error_body("invalid or missing API key", "authentication_error", 401),
-                    status_code=401,
-                )
-        return await call_next(request)
+    async def _auth_and_count(request: Request, call_next: Any) -> Any:
+        start = time.monotonic()
+        path = request.url.path
+        if (
+            api_key
+            and path.startswith("/v1")
+            and (request.headers.get("authorization") != f"Bearer {api_key}")
+        ):
+            response = JSONResponse(
+                error_body("invalid or missing API key", "authentication_error", 401),
+                status_code=401,
+            )
+        else:
+            response = await call_next(request)
+        if path.startswith("/v1"):
+            metrics.requests.labels(path, str(response.status_code)).inc()
+            metrics.latency.observe(time.monotonic() - start)
+        return response
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -141,7 +169,7 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
         choices, completion_tokens = [], 0
         for index, events in enumerate(queues):
             text, ids, finish = "", [], None
-            async for d in _deltas(events):
+            async for d in _deltas(events, metrics):
                 if d.error:
                     raise GatewayError(d.error, 503)
                 text += d.text
@@ -196,7 +224,7 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
         merged: asyncio.Queue[tuple[int, Delta]] = asyncio.Queue()
 
         async def pump(index: int, events: Any) -> None:
-            async for d in _deltas(events):
+            async for d in _deltas(events, metrics):
                 await merged.put((index, d))
 
         tasks = [asyncio.create_task(pump(i, q)) for i, q in enumerate(queues)]

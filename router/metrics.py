@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from router.engine import LLMEngine
 
 
 @dataclass
@@ -53,3 +62,77 @@ class SpeculationMetrics:
             f"{self.num_draft_tokens}, accepted {self.num_accepted_tokens}, per position "
             f"{self.accepted_per_position}"
         )
+
+
+class EngineCollector(Collector):
+    """The engine's state, read when Prometheus scrapes: whether it speculates,
+    running and waiting sequences, KV cache usage, and the speculation counters
+    (vLLM's names where vLLM has one)."""
+
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        e, m = self.engine, self.engine.metrics
+        yield GaugeMetricFamily(
+            "specserve_speculation_active",
+            "1 while a draft worker is reachable, 0 while decoding without speculation",
+            value=float(e.speculating),
+        )
+        yield GaugeMetricFamily(
+            "specserve_num_requests_running", "sequences being decoded", value=len(e.running)
+        )
+        yield GaugeMetricFamily(
+            "specserve_num_requests_waiting", "sequences waiting for KV room", value=len(e.waiting)
+        )
+        infos = [w.describe() for w in e.workers.targets]
+        total = sum(i.num_blocks for i in infos)
+        used = total - sum(i.num_free_blocks for i in infos)
+        yield GaugeMetricFamily(
+            "specserve_kv_cache_usage_perc",
+            "share of the target workers' KV blocks in use",
+            value=used / total if total else 0.0,
+        )
+        for name, value, text in (
+            ("drafts", m.num_drafts, "rounds that verified drafts"),
+            ("draft_tokens", m.num_draft_tokens, "draft tokens proposed"),
+            ("accepted_tokens", m.num_accepted_tokens, "draft tokens accepted"),
+        ):
+            yield CounterMetricFamily(f"specserve_spec_decode_num_{name}", text, value=value)
+        per_position = CounterMetricFamily(
+            "specserve_spec_decode_num_accepted_tokens_per_pos",
+            "draft tokens accepted at each draft position",
+            labels=["position"],
+        )
+        for position, count in enumerate(m.accepted_per_position):
+            per_position.add_metric([str(position)], count)
+        yield per_position
+
+
+class GatewayMetrics:
+    """Request counts and latencies of the HTTP gateway, in its own registry."""
+
+    def __init__(self, engine: LLMEngine):
+        self.registry = CollectorRegistry()
+        self.registry.register(EngineCollector(engine))
+        self.requests = Counter(
+            "specserve_request",
+            "finished HTTP requests",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "specserve_e2e_request_latency_seconds", "request latency", registry=self.registry
+        )
+        self.ttft = Histogram(
+            "specserve_time_to_first_token_seconds", "time to first token", registry=self.registry
+        )
+        self.itl = Histogram(
+            "specserve_inter_token_latency_seconds",
+            "time between tokens after the first",
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+        )
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

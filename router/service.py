@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 
 import grpc
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
@@ -24,6 +22,7 @@ from protos.serving import (
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import Delta, EngineLoop
+from router.metrics import EngineCollector
 from router.params import SamplingParams
 from router.workers import build_remote_workers
 
@@ -104,30 +103,9 @@ class RouterService(router_pb2_grpc.RouterServicer):
         return rpb.AbortResponse(aborted=self.loop.abort(request.request_id))
 
 
-class _SpeculationCollector(Collector):
-    """The engine's speculation counters, read when Prometheus scrapes."""
-
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
-
-    def collect(self) -> Iterator[Metric]:
-        m = self.engine.metrics
-        yield GaugeMetricFamily(
-            "specserve_speculation_active",
-            "1 while a draft worker is reachable, 0 while decoding without speculation",
-            value=float(self.engine.speculating),
-        )
-        for name, value, text in (
-            ("drafts", m.num_drafts, "rounds that verified drafts"),
-            ("draft_tokens", m.num_draft_tokens, "draft tokens proposed"),
-            ("accepted_tokens", m.num_accepted_tokens, "draft tokens accepted"),
-        ):
-            yield CounterMetricFamily(f"specserve_spec_decode_num_{name}", text, value=value)
-
-
 def start_metrics_server(engine: LLMEngine, host: str, port: int) -> None:
     registry = CollectorRegistry()
-    registry.register(_SpeculationCollector(engine))
+    registry.register(EngineCollector(engine))
     start_http_server(port, addr=host, registry=registry)
 
 

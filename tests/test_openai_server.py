@@ -144,3 +144,33 @@ def test_an_api_key_is_required_when_set() -> None:
         assert client(base, "s3cret").models.list().data
         code, _ = post(base, "/v1/completions", b'{"prompt": "x", "max_tokens": 1}')
         assert code == 401
+
+
+def scrape(base: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+def test_metrics_parse_and_the_speculation_counters_grow(server: str) -> None:
+    before = scrape(server)
+    client(server).completions.create(
+        model="specserve/demo-target", prompt="def g(x):", max_tokens=24, temperature=0
+    )
+    after = scrape(server)
+    for name in (
+        "specserve_spec_decode_num_drafts_total",
+        "specserve_spec_decode_num_draft_tokens_total",
+        "specserve_spec_decode_num_accepted_tokens_total",
+    ):
+        assert after[name] > before.get(name, 0.0), name
+    assert after["specserve_request_total"] > before.get("specserve_request_total", 0.0)
+    assert after["specserve_time_to_first_token_seconds_count"] >= 1
+    assert "specserve_kv_cache_usage_perc" in after
+    assert after["specserve_speculation_active"] == 1.0
