@@ -153,7 +153,14 @@ class RowRandomness:
     ) -> torch.Tensor:
         """Exp(1) noise [len(rows), vocab_size]: argmax(probs / noise) samples from probs."""
         noise = torch.empty(len(rows), vocab_size, device=self.device)
+        # Rows without a seed share one draw from the worker's generator (one launch);
+        # a seeded row draws from its own.
+        unseeded = [i for i, (seed, _) in enumerate(rows) if seed is None]
+        if unseeded:
+            shared = torch.empty(len(unseeded), vocab_size, device=self.device)
+            noise[unseeded] = shared.exponential_(generator=self.generator)
         for i, (seed, position) in enumerate(rows):
-            noise[i].exponential_(generator=self._generator(seed, position, stream))
+            if seed is not None:
+                noise[i].exponential_(generator=self._generator(seed, position, stream))
         # A draw of exactly 0 would divide by zero; the change in distribution is nil.
         return noise.clamp_min_(torch.finfo(torch.float32).tiny)

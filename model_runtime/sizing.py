@@ -7,6 +7,7 @@ import torch
 
 from model_runtime.kv_cache import PagedKVCache, blocks_for
 from model_runtime.models.llama import LlamaForCausalLM
+from model_runtime.runner import ModelRunner
 
 # Kept free on a GPU for activations and the sampler's [rows, vocab] tensors.
 GPU_ACTIVATION_RESERVE = 2 << 30
@@ -60,10 +61,10 @@ def num_kv_blocks(
     return int(blocks)
 
 
-def runner_for(model: LlamaForCausalLM, num_blocks: int, block_size: int, device: torch.device):  # type: ignore[no-untyped-def]
+def runner_for(
+    model: LlamaForCausalLM, num_blocks: int, block_size: int, device: torch.device
+) -> ModelRunner:
     """A ModelRunner with its own cache of ``num_blocks`` blocks."""
-    from model_runtime.runner import ModelRunner
-
     c = model.config
     cache = PagedKVCache(
         c.num_hidden_layers,
