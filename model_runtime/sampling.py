@@ -21,6 +21,8 @@ import torch
 
 # Temperatures below this are greedy.
 GREEDY_EPSILON = 1e-5
+# Most alternatives a request may ask log-probabilities for (vLLM's default cap).
+MAX_LOGPROBS = 20
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,14 @@ class SamplingOptions:
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None
+    logprobs: int | None = None  # alternatives per generated token; None: no logprobs
+    prompt_logprobs: int | None = None  # the same for the prompt's tokens
 
     def __post_init__(self) -> None:
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= MAX_LOGPROBS:
+                raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {value}")
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < -1:

@@ -18,6 +18,7 @@ from protos.messages import (
     SequenceStatus,
     SequenceTokens,
     StatusCode,
+    TokenLogprob,
     VerifyOutput,
     VerifyRequest,
 )
@@ -25,7 +26,13 @@ from protos.messages import (
 
 def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
     return pb.SamplingParams(
-        temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, min_p=o.min_p, seed=o.seed
+        temperature=o.temperature,
+        top_p=o.top_p,
+        top_k=o.top_k,
+        min_p=o.min_p,
+        seed=o.seed,
+        logprobs=o.logprobs,
+        prompt_logprobs=o.prompt_logprobs,
     )
 
 
@@ -37,7 +44,23 @@ def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
         top_k=m.top_k,
         min_p=m.min_p,
         seed=m.seed if m.HasField("seed") else None,
+        logprobs=m.logprobs if m.HasField("logprobs") else None,
+        prompt_logprobs=m.prompt_logprobs if m.HasField("prompt_logprobs") else None,
     )
+
+
+def logprob_to_proto(t: TokenLogprob) -> pb.TokenLogprob:
+    return pb.TokenLogprob(
+        token_id=t.token_id,
+        logprob=t.logprob,
+        rank=t.rank,
+        top_token_ids=t.top_token_ids,
+        top_logprobs=t.top_logprobs,
+    )
+
+
+def logprob_from_proto(m: pb.TokenLogprob) -> TokenLogprob:
+    return TokenLogprob(m.token_id, m.logprob, m.rank, list(m.top_token_ids), list(m.top_logprobs))
 
 
 def tokens_to_proto(t: SequenceTokens) -> pb.SequenceTokens:
@@ -164,12 +187,17 @@ def verify_output_to_proto(o: VerifyOutput) -> tpb.VerifyOutput:
         status=status_to_proto(o.status),
         token_ids=o.token_ids,
         num_accepted_drafts=o.num_accepted_drafts,
+        logprobs=[logprob_to_proto(t) for t in o.logprobs],
     )
 
 
 def verify_output_from_proto(m: tpb.VerifyOutput) -> VerifyOutput:
     return VerifyOutput(
-        m.seq_id, status_from_proto(m.status), list(m.token_ids), m.num_accepted_drafts
+        m.seq_id,
+        status_from_proto(m.status),
+        list(m.token_ids),
+        m.num_accepted_drafts,
+        [logprob_from_proto(t) for t in m.logprobs],
     )
 
 
@@ -188,9 +216,18 @@ def prefill_output_to_proto(o: VerifyOutput) -> tpb.PrefillOutput:
         seq_id=o.seq_id,
         status=status_to_proto(o.status),
         token_id=o.token_ids[0] if o.token_ids else 0,
+        logprob=logprob_to_proto(o.logprobs[0]) if o.logprobs else None,
+        prompt_logprobs=[logprob_to_proto(t) for t in o.prompt_logprobs],
     )
 
 
 def prefill_output_from_proto(m: tpb.PrefillOutput) -> VerifyOutput:
     status = status_from_proto(m.status)
-    return VerifyOutput(m.seq_id, status, [m.token_id] if status.ok else [], 0)
+    return VerifyOutput(
+        m.seq_id,
+        status,
+        [m.token_id] if status.ok else [],
+        0,
+        [logprob_from_proto(m.logprob)] if m.HasField("logprob") else [],
+        [logprob_from_proto(t) for t in m.prompt_logprobs],
+    )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.logprobs import TokenLogprob
 from model_runtime.runner import ModelRunner
 from model_runtime.sampling import SamplingOptions
 from model_runtime.status import OK, SequenceStatus, StatusCode
@@ -23,6 +24,7 @@ __all__ = [
     "SequenceStatus",
     "SequenceTokens",
     "StatusCode",
+    "TokenLogprob",
     "VerifyOutput",
     "VerifyRequest",
     "WorkerInfo",
@@ -70,6 +72,9 @@ class VerifyOutput:
     status: SequenceStatus
     token_ids: list[int] = field(default_factory=list)  # accepted drafts + recovered/bonus
     num_accepted_drafts: int = 0
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token_ids, if asked
+    # A prefill's, if asked: one per appended token after the first.
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,11 @@ class RouterStub:
                 request_serializer=protos_dot_router__pb2.AbortRequest.SerializeToString,
                 response_deserializer=protos_dot_router__pb2.AbortResponse.FromString,
                 _registered_method=True)
+        self.Describe = channel.unary_unary(
+                '/specserve.v1.Router/Describe',
+                request_serializer=protos_dot_router__pb2.DescribeRouterRequest.SerializeToString,
+                response_deserializer=protos_dot_router__pb2.RouterInfo.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -66,6 +71,14 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Describe(self, request, context):
+        """The model served, so that a gateway can load its tokenizer and check
+        requests before sending them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +91,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Abort,
                     request_deserializer=protos_dot_router__pb2.AbortRequest.FromString,
                     response_serializer=protos_dot_router__pb2.AbortResponse.SerializeToString,
+            ),
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=protos_dot_router__pb2.DescribeRouterRequest.FromString,
+                    response_serializer=protos_dot_router__pb2.RouterInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +153,33 @@ class Router:
             '/specserve.v1.Router/Abort',
             protos_dot_router__pb2.AbortRequest.SerializeToString,
             protos_dot_router__pb2.AbortResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Describe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/specserve.v1.Router/Describe',
+            protos_dot_router__pb2.DescribeRouterRequest.SerializeToString,
+            protos_dot_router__pb2.RouterInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,16 +24,18 @@ class PrefillBatch(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., sequences: _Optional[_Iterable[_Union[PrefillRequest, _Mapping]]] = ...) -> None: ...
 
 class PrefillOutput(_message.Message):
-    __slots__ = ("seq_id", "status", "token_id", "logprob")
+    __slots__ = ("seq_id", "status", "token_id", "logprob", "prompt_logprobs")
     SEQ_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     seq_id: int
     status: _common_pb2.SequenceStatus
     token_id: int
     logprob: _common_pb2.TokenLogprob
-    def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_id: _Optional[int] = ..., logprob: _Optional[_Union[_common_pb2.TokenLogprob, _Mapping]] = ...) -> None: ...
+    prompt_logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
+    def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_id: _Optional[int] = ..., logprob: _Optional[_Union[_common_pb2.TokenLogprob, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class PrefillResult(_message.Message):
     __slots__ = ("batch_id", "outputs", "num_free_blocks")

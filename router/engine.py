@@ -24,9 +24,16 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from model_runtime.kv_cache import blocks_for
-from protos.messages import SequenceTokens, StatusCode, VerifyOutput, VerifyRequest
+from protos.messages import (
+    SequenceTokens,
+    StatusCode,
+    TokenLogprob,
+    VerifyOutput,
+    VerifyRequest,
+)
 from router.clients import WorkerUnavailableError
 from router.config import EngineConfig
 from router.detokenizer import IncrementalDetokenizer
@@ -199,8 +206,11 @@ class LLMEngine:
             if not out.status.ok:
                 raise RuntimeError(f"prefill of sequence {seq.seq_id} failed: {out.status}")
             seq.target_cached = seq.num_tokens
+            if seq.prompt_logprobs is None and seq.options.prompt_logprobs is not None:
+                seq.prompt_logprobs = out.prompt_logprobs
+                seq.options = replace(seq.options, prompt_logprobs=None)  # not again
             self.running.append(seq)
-            self._append(seq, out.token_ids, finished)
+            self._append(seq, out.token_ids, out.logprobs, finished)
 
     def _make_room(self) -> None:
         """Preempt the newest sequences of a target until its round fits in its cache."""
@@ -303,11 +313,17 @@ class LLMEngine:
             seq.counts.num_draft_tokens += k
             seq.counts.num_accepted_tokens += out.num_accepted_drafts
             self.metrics.record(k, out.num_accepted_drafts)
-        self._append(seq, out.token_ids, finished)
+        self._append(seq, out.token_ids, out.logprobs, finished)
 
-    def _append(self, seq: SequenceState, tokens: list[int], finished: list[SequenceState]) -> None:
+    def _append(
+        self,
+        seq: SequenceState,
+        tokens: list[int],
+        logprobs: list[TokenLogprob],
+        finished: list[SequenceState],
+    ) -> None:
         before = len(seq.output_ids)
-        seq.append(tokens)
+        seq.append(tokens, logprobs)
         self._tokens_since_log += len(seq.output_ids) - before
         if seq.finished:
             self.running.remove(seq)

@@ -13,8 +13,9 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from model_runtime.logprobs import TokenLogprob
 from router.engine import LLMEngine
 from router.params import SamplingParams
 from router.sequence import SequenceState
@@ -33,6 +34,8 @@ class Delta:
     num_draft_tokens: int
     num_accepted_tokens: int
     error: str | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, if asked
+    prompt_logprobs: list[TokenLogprob] | None = None  # in the first delta, if asked
 
 
 @dataclass
@@ -164,6 +167,8 @@ class EngineLoop:
                     num_draft_tokens=seq.counts.num_draft_tokens,
                     num_accepted_tokens=seq.counts.num_accepted_tokens,
                     error=seq.error,
+                    logprobs=seq.logprobs[stream.sent_tokens :],
+                    prompt_logprobs=seq.prompt_logprobs if not stream.sent_tokens else None,
                 )
             )
             stream.sent_tokens, stream.sent_text = len(seq.output_ids), text_end

@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from model_runtime.logprobs import TokenLogprob
 from router.sequence import SequenceState
+
+
+@dataclass
+class Logprob:
+    """One token's log-probability at one position, as vLLM reports it."""
+
+    logprob: float
+    rank: int | None = None  # 1: the most likely token
+    decoded_token: str | None = None
+
+
+# Per position: the chosen token and the top alternatives, by token id.
+PositionLogprobs = dict[int, Logprob]
+
+
+def position_logprobs(t: TokenLogprob, decode: Callable[[int], str]) -> PositionLogprobs:
+    out = {
+        token: Logprob(value, rank, decode(token))
+        for rank, (token, value) in enumerate(
+            zip(t.top_token_ids, t.top_logprobs, strict=True), start=1
+        )
+    }
+    out.setdefault(t.token_id, Logprob(t.logprob, t.rank, decode(t.token_id)))
+    return out
 
 
 @dataclass
@@ -17,6 +43,8 @@ class CompletionOutput:
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    logprobs: list[PositionLogprobs] | None = None  # when SamplingParams.logprobs was set
+    cumulative_logprob: float | None = None
 
 
 @dataclass
@@ -26,14 +54,25 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = True
+    # When SamplingParams.prompt_logprobs was set: None for the first token.
+    prompt_logprobs: list[PositionLogprobs | None] | None = None
 
     @classmethod
-    def from_sequences(cls, prompt: str | None, seqs: list[SequenceState]) -> RequestOutput:
+    def from_sequences(
+        cls, prompt: str | None, seqs: list[SequenceState], decode: Callable[[int], str]
+    ) -> RequestOutput:
         seqs = sorted(seqs, key=lambda s: s.index)
+        first = seqs[0]
+        wants = first.params.logprobs is not None
         return cls(
-            request_id=seqs[0].request_id,
+            request_id=first.request_id,
             prompt=prompt,
-            prompt_token_ids=list(seqs[0].prompt_ids),
+            prompt_token_ids=list(first.prompt_ids),
+            prompt_logprobs=(
+                None
+                if first.prompt_logprobs is None
+                else [None, *(position_logprobs(t, decode) for t in first.prompt_logprobs)]
+            ),
             outputs=[
                 CompletionOutput(
                     index=s.index,
@@ -44,6 +83,8 @@ class RequestOutput:
                     num_drafts=s.counts.num_drafts,
                     num_draft_tokens=s.counts.num_draft_tokens,
                     num_accepted_tokens=s.counts.num_accepted_tokens,
+                    logprobs=[position_logprobs(t, decode) for t in s.logprobs] if wants else None,
+                    cumulative_logprob=sum(t.logprob for t in s.logprobs) if wants else None,
                 )
                 for s in seqs
             ],

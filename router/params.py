@@ -14,7 +14,8 @@ class SamplingParams:
     temperature 0 is greedy; top_k 0 or -1 and top_p 1 are off. Generation
     stops at the tokenizer's EOS (unless ignore_eos), at any of
     ``stop_token_ids`` (returned), before any of the ``stop`` strings (not
-    returned), or after ``max_tokens`` tokens.
+    returned), or after ``max_tokens`` tokens. Log-probabilities are the
+    target's raw ones, before temperature and truncation.
     """
 
     n: int = 1
@@ -28,6 +29,8 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    logprobs: int | None = None  # per generated token: its logprob and this many alternatives
+    prompt_logprobs: int | None = None  # the same for every prompt token after the first
     stop_strings: list[str] = field(init=False, repr=False)
 
     MAX_N = 128
@@ -40,7 +43,7 @@ class SamplingParams:
         self.stop_strings = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must not be empty")
-        self.options(0)  # validates temperature, top_k, top_p, min_p and seed
+        self.options(0)  # validates the sampling fields, seed and logprobs
 
     @property
     def greedy(self) -> bool:
@@ -54,4 +57,6 @@ class SamplingParams:
             top_p=self.top_p,
             min_p=self.min_p,
             seed=None if self.seed is None else self.seed + index,
+            logprobs=self.logprobs,
+            prompt_logprobs=self.prompt_logprobs,
         )

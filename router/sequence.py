@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
 from router.detokenizer import IncrementalDetokenizer
 from router.params import SamplingParams
@@ -38,6 +39,8 @@ class SequenceState:
     error: str | None = None  # why it was aborted, when a worker failed it
     stop_reason: int | str | None = None
     counts: SpeculationCounts = field(default_factory=SpeculationCounts)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per output token, if asked
+    prompt_logprobs: list[TokenLogprob] | None = None  # once the prefill returned them
 
     @property
     def all_ids(self) -> list[int]:
@@ -60,11 +63,14 @@ class SequenceState:
         self.target_cached = self.draft_cached = 0
         self.target_worker = self.draft_worker = -1
 
-    def append(self, token_ids: list[int]) -> None:
-        """Append generated tokens one by one until one of them finishes the sequence."""
+    def append(self, token_ids: list[int], logprobs: list[TokenLogprob] | None = None) -> None:
+        """Append generated tokens (and their logprobs, when asked) one by one until
+        one of them finishes the sequence."""
         p = self.params
-        for token in token_ids:
+        for i, token in enumerate(token_ids):
             self.output_ids.append(token)
+            if logprobs:
+                self.logprobs.append(logprobs[i])
             self.detokenizer.push(token)
             if p.stop_token_ids and token in p.stop_token_ids:
                 self.finish_reason, self.stop_reason = "stop", token

@@ -95,7 +95,11 @@ class LLM:
                         bar.update(1)
         if self.engine.k:
             logger.info(self.engine.metrics.summary())
-        return [RequestOutput.from_sequences(text, seqs) for text, seqs in requests]
+        tokenizer = self.engine.tokenizer
+        return [
+            RequestOutput.from_sequences(text, seqs, lambda t: str(tokenizer.decode([t])))
+            for text, seqs in requests
+        ]
 
     def get_metrics(self) -> dict[str, object]:
         """Speculation counters since this LLM was built."""

@@ -10,11 +10,13 @@ without drafts.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from model_runtime.logprobs import token_logprobs
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus
@@ -75,12 +77,28 @@ class TargetWorker(LocalWorker):
 
     def _verify_batch(self, batch: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         num_drafts = [len(r.draft_token_ids) for r in batch]
-        logits = self.runner.forward(
+        # Logits for the k + 1 rows that sample, and for every appended token of
+        # a prefill that asked for prompt logprobs.
+        num_logits = [
+            len(r.tokens.token_ids) if _wants_prompt_logprobs(r) else k + 1
+            for r, k in zip(batch, num_drafts, strict=True)
+        ]
+        all_logits = self.runner.forward(
             [
-                SequenceChunk(r.tokens.seq_id, [*r.tokens.token_ids, *r.draft_token_ids], k + 1)
-                for r, k in zip(batch, num_drafts, strict=True)
+                SequenceChunk(r.tokens.seq_id, [*r.tokens.token_ids, *r.draft_token_ids], n)
+                for r, n in zip(batch, num_logits, strict=True)
             ]
-        )  # [R = sum(k + 1), V]
+        )  # [sum(num_logits), V]
+        starts = list(itertools.accumulate(num_logits, initial=0))
+        sampling_rows = [
+            row
+            for k, end in zip(num_drafts, starts[1:], strict=True)
+            for row in range(end - k - 1, end)
+        ]
+        logits = (
+            all_logits if len(sampling_rows) == all_logits.shape[0] else all_logits[sampling_rows]
+        )
+        # logits: [R = sum(k + 1), V]
         vocab = logits.shape[1]
         params = SamplingTensors.build(
             [r.sampling for r in batch], [k + 1 for k in num_drafts], vocab, self.device
@@ -112,7 +130,43 @@ class TargetWorker(LocalWorker):
             held = r.tokens.cached_len + len(r.tokens.token_ids) + accepted
             self.runner.truncate(r.tokens.seq_id, held)
             results.append(VerifyOutput(r.tokens.seq_id, SequenceStatus(), tokens, accepted))
+        if any(r.sampling.logprobs is not None or _wants_prompt_logprobs(r) for r in batch):
+            self._add_logprobs(batch, results, all_logits, starts)
         return results
+
+    @staticmethod
+    def _add_logprobs(
+        batch: Sequence[VerifyRequest],
+        results: list[VerifyOutput],
+        logits: torch.Tensor,
+        starts: list[int],
+    ) -> None:
+        """Fill in the logprobs the requests asked for, from the rows of ``logits``
+        (the forward's, each sequence's rows starting at ``starts[i]``)."""
+        rows: list[int] = []
+        tokens: list[int] = []
+        num_top: list[int] = []
+        wanted: list[tuple[VerifyOutput, int, int]] = []  # (output, rows of prompt, of output)
+        for r, result, start, end in zip(batch, results, starts[:-1], starts[1:], strict=True):
+            n_prompt = 0
+            if _wants_prompt_logprobs(r):
+                # Row i predicts appended token i + 1; the last row samples.
+                n_prompt = len(r.tokens.token_ids) - 1
+                rows += range(start, start + n_prompt)
+                tokens += r.tokens.token_ids[1:]
+                num_top += [r.sampling.prompt_logprobs or 0] * n_prompt
+            n_out = 0
+            if r.sampling.logprobs is not None:
+                first = end - len(r.draft_token_ids) - 1
+                n_out = len(result.token_ids)
+                rows += range(first, first + n_out)
+                tokens += result.token_ids
+                num_top += [r.sampling.logprobs] * n_out
+            wanted.append((result, n_prompt, n_out))
+        computed = iter(token_logprobs(logits[rows], tokens, num_top))
+        for result, n_prompt, n_out in wanted:
+            result.prompt_logprobs = [next(computed) for _ in range(n_prompt)]
+            result.logprobs = [next(computed) for _ in range(n_out)]
 
     def _dense_draft_probs(self, batch: Sequence[VerifyRequest], vocab: int) -> torch.Tensor:
         """q of every draft, dense [T, V]; one-hot where a request sent no q (greedy)."""
@@ -130,3 +184,8 @@ class TargetWorker(LocalWorker):
         if not parts:
             return torch.zeros(0, vocab, device=self.device)
         return torch.cat(parts)
+
+
+def _wants_prompt_logprobs(r: VerifyRequest) -> bool:
+    """A prefill (no drafts) that asked for the log-probabilities of its tokens."""
+    return r.sampling.prompt_logprobs is not None and not r.draft_token_ids

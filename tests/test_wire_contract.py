@@ -11,8 +11,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from protos import common_pb2, draft_worker_pb2_grpc, router_pb2, target_worker_pb2
+from model_runtime.sampling import SamplingOptions
+from protos import common_pb2, convert, draft_worker_pb2_grpc, router_pb2, target_worker_pb2
 from protos.generate import PROTO_DIR, generate
+from protos.messages import SequenceStatus, TokenLogprob, VerifyOutput
 from protos.serving import start_server
 
 
@@ -32,7 +34,11 @@ def test_services_have_the_streaming_shapes_of_the_design() -> None:
         desc = module.DESCRIPTOR.services_by_name[service]  # type: ignore[attr-defined]
         return {m.name: (m.client_streaming, m.server_streaming) for m in desc.methods}
 
-    assert methods(router_pb2, "Router") == {"Generate": (False, True), "Abort": (False, False)}
+    assert methods(router_pb2, "Router") == {
+        "Generate": (False, True),
+        "Abort": (False, False),
+        "Describe": (False, False),
+    }
     assert methods(target_worker_pb2, "TargetWorker") == {
         "Prefill": (True, True),
         "Verify": (True, True),
@@ -52,6 +58,24 @@ def test_sparse_distributions_round_trip() -> None:
     q = common_pb2.SparseDistribution(token_ids=[5, 9, 2], probs=[0.5, 0.25, 0.25])
     again = common_pb2.SparseDistribution.FromString(q.SerializeToString())
     assert list(again.token_ids) == [5, 9, 2] and list(again.probs) == [0.5, 0.25, 0.25]
+
+
+def test_logprobs_and_sampling_options_survive_the_wire() -> None:
+    chosen = TokenLogprob(7, -0.25, 2, [3, 7], [-0.125, -0.25])
+    prompt = [TokenLogprob(1, -1.5, 4), TokenLogprob(2, -0.5, 1, [2], [-0.5])]
+    output = VerifyOutput(11, SequenceStatus(), [7, 8], 1, [chosen, TokenLogprob(8, -2.0, 9)])
+    again = convert.verify_output_from_proto(
+        target_worker_pb2.VerifyOutput.FromString(
+            convert.verify_output_to_proto(output).SerializeToString()
+        )
+    )
+    assert again == output
+    prefill = VerifyOutput(11, SequenceStatus(), [7], 0, [chosen], prompt)
+    assert convert.prefill_output_from_proto(convert.prefill_output_to_proto(prefill)) == prefill
+    options = SamplingOptions(temperature=0.5, top_k=4, seed=3, logprobs=0, prompt_logprobs=20)
+    assert convert.sampling_from_proto(convert.sampling_to_proto(options)) == options
+    plain = SamplingOptions()
+    assert convert.sampling_from_proto(convert.sampling_to_proto(plain)) == plain
 
 
 @pytest.fixture
