@@ -72,8 +72,8 @@ class RouterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Describe(self, request, context):
-        """The model served, so that a gateway can load its tokenizer and check
-        requests before sending them.
+        """The model served (so that a gateway can load its tokenizer and check
+        requests before sending them) and the engine's state and counters now.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

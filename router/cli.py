@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from draft_worker.worker import DraftWorkerConfig
@@ -10,6 +11,7 @@ from model_runtime.errors import CheckpointError, UnsupportedModelError
 from model_runtime.serving_config import WorkerServerConfig
 from router.arguments import add_config_arguments, config_from_args
 from router.generate import GenerateConfig, generate
+from router.launch import ServiceStartError
 from target_worker.worker import TargetWorkerConfig
 
 
@@ -98,11 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Long-running services log what they do (statistics, lost workers) to stderr.
+SERVICES = ("serve", "router", "draft-worker", "target-worker")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in SERVICES:
+        logging.basicConfig(
+            level=logging.INFO, format="%(levelname)s %(asctime)s %(name)s: %(message)s"
+        )
     try:
         return int(args.run(args))
-    except (ValueError, CheckpointError, UnsupportedModelError, OSError) as e:
+    except (ValueError, CheckpointError, UnsupportedModelError, OSError, ServiceStartError) as e:
         print(f"specserve {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -95,8 +95,12 @@ class EngineConfig:
     # Keep two micro-batches in flight: draft one while verifying the other.
     # Pays off when draft and target run on different devices or hosts.
     overlap: bool = False
+    # Seconds between log lines of throughput and speculation counters; None: never.
+    log_stats_interval_s: float | None = 10.0
 
     def __post_init__(self) -> None:
+        if self.log_stats_interval_s is not None and self.log_stats_interval_s < 0:
+            raise ValueError(f"log_stats_interval_s must be >= 0, got {self.log_stats_interval_s}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"

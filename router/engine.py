@@ -38,15 +38,14 @@ from router.clients import WorkerUnavailableError
 from router.config import EngineConfig
 from router.detokenizer import IncrementalDetokenizer
 from router.drafting import Draft, Drafter
-from router.metrics import SpeculationMetrics
+from router.metrics import EngineStats, SpeculationMetrics
 from router.params import SamplingParams
 from router.pool import WorkerPool
-from router.sequence import SequenceState
+from router.sequence import SequenceState, check_prompt
 from router.workers import Workers, build_local_workers
 
 logger = logging.getLogger(__name__)
 
-LOG_INTERVAL_S = 10.0
 # How often to look for a lost worker again, and how long a round may wait for it.
 RETRY_S = 1.0
 PROBE_S = 0.05
@@ -78,6 +77,20 @@ class LLMEngine:
         """Whether the last round could reach a draft worker."""
         return any(self.drafts.is_up(i) for i in range(len(self.drafts)))
 
+    def stats(self) -> EngineStats:
+        infos = [w.describe() for w in self.workers.targets]
+        total = sum(i.num_blocks for i in infos)
+        used = total - sum(i.num_free_blocks for i in infos)
+        return EngineStats(
+            speculating=self.speculating,
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=used / total if total else 0.0,
+            speculation=replace(
+                self.metrics, accepted_per_position=list(self.metrics.accepted_per_position)
+            ),
+        )
+
     # ------------------------------------------------------------------ requests
 
     def add_request(
@@ -106,17 +119,7 @@ class LLMEngine:
 
     def check_prompt(self, request_id: str, prompt_ids: Sequence[int]) -> None:
         """Raise ValueError, naming the request, for a prompt this engine cannot serve."""
-        if not prompt_ids:
-            raise ValueError(f"request {request_id}: the prompt is empty")
-        if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(
-                f"request {request_id}: the prompt has {len(prompt_ids)} tokens; the maximum "
-                f"model length is {self.max_model_len}, leaving no room to generate"
-            )
-        vocab = self.workers.vocab_size
-        bad = [t for t in prompt_ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"request {request_id}: token ids {bad[:5]} outside [0, {vocab})")
+        check_prompt(request_id, prompt_ids, self.max_model_len, self.workers.vocab_size)
 
     def abort(self, request_id: str) -> None:
         for seq in [s for s in self.running if s.request_id == request_id]:
@@ -345,11 +348,12 @@ class LLMEngine:
             self.workers.drafts[seq.draft_worker].release([seq.seq_id])
 
     def _maybe_log(self) -> None:
-        """Log throughput and the speculation counters every LOG_INTERVAL_S seconds."""
+        """Log throughput and the speculation counters every log_stats_interval_s."""
+        interval = self.config.log_stats_interval_s
         now = time.monotonic()
-        if now - self._last_log < LOG_INTERVAL_S:
+        if interval is None or now - self._last_log < interval:
             return
-        rate = self._tokens_since_log / (now - self._last_log)
+        rate = self._tokens_since_log / max(now - self._last_log, 1e-9)
         logger.info(
             "running %d, waiting %d, generation %.1f tokens/s%s",
             len(self.running),

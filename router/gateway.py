@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP gateway: /v1/models, /v1/completions and
-/v1/chat/completions (streamed as server-sent events or not), /health and
-/version, in front of an engine loop."""
+/v1/chat/completions (streamed as server-sent events or not), /health,
+/version and /metrics, in front of a backend (the engine in this process, or
+a Router service over gRPC)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib.metadata import version as package_version
 from typing import Any
 
@@ -19,12 +20,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
-from router.loop import Delta, EngineLoop
+from router.backends import Backend, Completion
+from router.loop import Delta
 from router.metrics import GatewayMetrics
 from router.openai_protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     SamplingFields,
+    chat_logprobs,
+    completion_logprobs,
     error_body,
 )
 from router.params import SamplingParams
@@ -36,29 +40,37 @@ class GatewayError(Exception):
         self.status = status
 
 
-async def _deltas(events: Any, metrics: GatewayMetrics) -> AsyncIterator[Delta]:
-    """One choice's deltas, timing the first token and the gaps between tokens."""
-    start = last = time.monotonic()
-    first = True
-    while True:
-        delta: Delta = await asyncio.to_thread(events.get)
-        now = time.monotonic()
-        if delta.token_ids:
-            if first:
-                metrics.ttft.observe(now - start)
-                first = False
-            else:
-                metrics.itl.observe((now - last) / len(delta.token_ids))
-            last = now
-        yield delta
-        if delta.finish_reason is not None:
-            return
+@dataclass
+class _Choice:
+    """One choice of a response: its completion in flight and what it has sent."""
+
+    index: int
+    completion: Completion
+    prompt_ids: list[int]
+    echo_text: str  # the prompt's text when echoing, else ""
+    text_offset: int = 0  # where the next token's text starts (completion logprobs)
+    started: bool = False
 
 
-def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = None) -> FastAPI:
+def _merge(deltas: list[Delta]) -> Delta:
+    """A whole completion as one delta."""
+    last = deltas[-1]
+    return replace(
+        last,
+        token_ids=[t for d in deltas for t in d.token_ids],
+        text="".join(d.text for d in deltas),
+        logprobs=[lp for d in deltas for lp in d.logprobs],
+        prompt_logprobs=deltas[0].prompt_logprobs,
+    )
+
+
+def build_app(backend: Backend, served_model_name: str, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="specserve")
-    tokenizer = loop.engine.tokenizer
-    metrics = GatewayMetrics(loop.engine)
+    tokenizer = backend.tokenizer
+    metrics = GatewayMetrics(backend.stats)
+
+    def decode(token_id: int) -> str:
+        return str(tokenizer.decode([token_id]))
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -97,7 +109,7 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
-        return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await asyncio.to_thread(metrics.text), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -117,7 +129,7 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
                     "object": "model",
                     "created": 0,
                     "owned_by": "specserve",
-                    "max_model_len": loop.engine.max_model_len,
+                    "max_model_len": backend.max_model_len,
                 }
             ],
         }
@@ -129,183 +141,191 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
                 404,
             )
 
-    def submit(prompt_ids: list[int], body: SamplingFields, max_tokens: int | None) -> list[Any]:
-        if not 1 <= body.n <= 128:
-            raise GatewayError(f"n must be in [1, 128], got {body.n}")
-        room = loop.engine.max_model_len - len(prompt_ids)
-        if max_tokens is not None and max_tokens > room:
-            raise GatewayError(
-                f"max_tokens {max_tokens} plus the prompt's {len(prompt_ids)} "
-                f"tokens exceed max_model_len {loop.engine.max_model_len}"
-            )
-        try:
-            params = body.model_copy(update={"max_tokens": max_tokens}).sampling_params(
-                room if room > 0 else None
-            )
-            queues = []
-            for i in range(body.n):
-                choice = _choice_params(params, i)
-                queues.append(loop.submit(loop.new_request_id(), prompt_ids, choice))
-            return queues
-        except ValueError as e:
-            raise GatewayError(str(e)) from e
-
-    async def run(
-        kind: str,
+    def submit(
         prompts: list[list[int]],
+        texts: list[str],
         body: SamplingFields,
         max_tokens: int | None,
-        texts: list[str],
         echo: bool,
-    ) -> Any:
-        created, rid = int(time.time()), f"{kind[:4]}-{uuid.uuid4().hex}"
-        queues = [q for ids in prompts for q in submit(ids, body, max_tokens)]
-        obj = "chat.completion" if kind == "chat" else "text_completion"
-        if body.stream:
-            return StreamingResponse(
-                stream(rid, created, obj, kind, queues, prompts, body, texts, echo),
-                media_type="text/event-stream",
-            )
-        choices, completion_tokens = [], 0
-        for index, events in enumerate(queues):
-            text, ids, finish = "", [], None
-            async for d in _deltas(events, metrics):
-                if d.error:
-                    raise GatewayError(d.error, 503)
-                text += d.text
-                ids += d.token_ids
-                finish = d.finish_reason
-            completion_tokens += len(ids)
-            prefix = texts[index // body.n] if echo else ""
-            if kind == "chat":
-                choices.append(
-                    {
-                        "index": index,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": finish,
-                        "logprobs": None,
-                    }
+    ) -> list[_Choice]:
+        """Start every choice of every prompt (n per prompt), or none of them."""
+        if not 1 <= body.n <= SamplingParams.MAX_N:
+            raise GatewayError(f"n must be in [1, {SamplingParams.MAX_N}], got {body.n}")
+        choices: list[_Choice] = []
+        try:
+            for ids, text in zip(prompts, texts, strict=True):
+                room = backend.max_model_len - len(ids)
+                if max_tokens is not None and max_tokens > room:
+                    raise ValueError(
+                        f"max_tokens {max_tokens} plus the prompt's {len(ids)} tokens exceed "
+                        f"max_model_len {backend.max_model_len}"
+                    )
+                params = body.model_copy(update={"max_tokens": max_tokens}).sampling_params(
+                    room if room > 0 else None
                 )
-            else:
-                choices.append(
-                    {
-                        "index": index,
-                        "text": prefix + text,
-                        "finish_reason": finish,
-                        "logprobs": None,
-                    }
-                )
+                for i in range(body.n):
+                    completion = backend.submit(ids, _choice_params(params, i))
+                    choices.append(_Choice(len(choices), completion, ids, text if echo else ""))
+        except ValueError as e:
+            for choice in choices:
+                choice.completion.abort()
+            raise GatewayError(str(e)) from e
+        return choices
+
+    def render(kind: str, choice: _Choice, delta: Delta, wants_logprobs: bool) -> dict[str, Any]:
+        """The choice's fields for this delta (a whole completion, or a chunk of one)."""
+        first = not choice.started
+        choice.started = True
+        if kind == "chat":
+            message: dict[str, Any] = {"content": delta.text}
+            if first:
+                message = {"role": "assistant", **message}
+            return {
+                "message": message,
+                "logprobs": chat_logprobs(delta.logprobs, decode) if wants_logprobs else None,
+            }
+        logprobs = None
+        if wants_logprobs:
+            pairs: list[Any] = []
+            if first and choice.echo_text and delta.prompt_logprobs is not None:
+                pairs += [(choice.prompt_ids[0], None)]
+                pairs += zip(choice.prompt_ids[1:], delta.prompt_logprobs, strict=True)
+            pairs += zip(delta.token_ids, delta.logprobs, strict=True)
+            logprobs = completion_logprobs(pairs, decode, choice.text_offset)
+            choice.text_offset += sum(len(t) for t in logprobs["tokens"])
+        text = (choice.echo_text if first else "") + delta.text
+        return {"text": text, "logprobs": logprobs}
+
+    async def timed(completion: Completion) -> AsyncIterator[Delta]:
+        """A choice's deltas, timing the first token and the gaps between tokens."""
+        start = last = time.monotonic()
+        first = True
+        async for delta in completion:
+            now = time.monotonic()
+            if delta.token_ids:
+                if first:
+                    metrics.ttft.observe(now - start)
+                    first = False
+                else:
+                    metrics.itl.observe((now - last) / len(delta.token_ids))
+                last = now
+            yield delta
+
+    def usage(prompts: list[list[int]], completion_tokens: int) -> dict[str, int]:
         prompt_tokens = sum(len(p) for p in prompts)
         return {
-            "id": rid,
-            "object": obj,
-            "created": created,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
+    async def respond(
+        kind: str,
+        prompts: list[list[int]],
+        texts: list[str],
+        body: SamplingFields,
+        max_tokens: int | None,
+        echo: bool = False,
+    ) -> Any:
+        choices = submit(prompts, texts, body, max_tokens, echo)
+        head = {
+            "id": f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}",
+            "created": int(time.time()),
             "model": served_model_name,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+        }
+        wants_logprobs = body.logprob_counts()[0] is not None
+        if body.stream:
+            chunks = stream(kind, head, choices, prompts, body, wants_logprobs)
+            return StreamingResponse(chunks, media_type="text/event-stream")
+        rendered, completion_tokens = [], 0
+        try:
+            for choice in choices:
+                deltas = [d async for d in timed(choice.completion)]
+                whole = _merge(deltas)
+                if whole.error:
+                    raise GatewayError(whole.error, 503)
+                completion_tokens += len(whole.token_ids)
+                fields = render(kind, choice, whole, wants_logprobs)
+                rendered.append(
+                    {"index": choice.index, **fields, "finish_reason": whole.finish_reason}
+                )
+        except ValueError as e:  # refused by a remote router
+            raise GatewayError(str(e)) from e
+        finally:
+            for choice in choices:
+                choice.completion.abort()
+        obj = "chat.completion" if kind == "chat" else "text_completion"
+        return {
+            **head,
+            "object": obj,
+            "choices": rendered,
+            "usage": usage(prompts, completion_tokens),
         }
 
     async def stream(
-        rid: str,
-        created: int,
-        obj: str,
         kind: str,
-        queues: list[Any],
+        head: dict[str, Any],
+        choices: list[_Choice],
         prompts: list[list[int]],
         body: SamplingFields,
-        texts: list[str],
-        echo: bool,
+        wants_logprobs: bool,
     ) -> AsyncIterator[str]:
-        chunk_obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-        merged: asyncio.Queue[tuple[int, Delta]] = asyncio.Queue()
+        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        merged: asyncio.Queue[tuple[_Choice, Delta | Exception]] = asyncio.Queue()
 
-        async def pump(index: int, events: Any) -> None:
-            async for d in _deltas(events, metrics):
-                await merged.put((index, d))
+        async def pump(choice: _Choice) -> None:
+            try:
+                async for d in timed(choice.completion):
+                    await merged.put((choice, d))
+            except ValueError as e:
+                await merged.put((choice, e))
 
-        tasks = [asyncio.create_task(pump(i, q)) for i, q in enumerate(queues)]
-        open_choices, completion_tokens = len(queues), 0
+        def event(payload: dict[str, Any]) -> str:
+            return f"data: {json.dumps(payload)}\n\n"
 
-        def chunk(index: int, text: str, finish: str | None, first: bool) -> str:
-            if kind == "chat":
-                delta: dict[str, Any] = {"content": text}
-                if first:
-                    delta["role"] = "assistant"
-                choice = {"index": index, "delta": delta, "finish_reason": finish}
-            else:
-                choice = {"index": index, "text": text, "finish_reason": finish, "logprobs": None}
-            return (
-                "data: "
-                + json.dumps(
-                    {
-                        "id": rid,
-                        "object": chunk_obj,
-                        "created": created,
-                        "model": served_model_name,
-                        "choices": [choice],
-                    }
-                )
-                + "\n\n"
-            )
-
-        started: set[int] = set()
+        tasks = [asyncio.create_task(pump(c)) for c in choices]
+        open_choices, completion_tokens = len(choices), 0
         try:
             while open_choices:
-                index, d = await merged.get()
-                if d.error:
-                    yield "data: " + json.dumps(error_body(d.error, code=503)) + "\n\n"
+                choice, d = await merged.get()
+                if isinstance(d, Exception) or d.error:
+                    yield event(error_body(str(d) if isinstance(d, Exception) else d.error or ""))
                     break
                 completion_tokens += len(d.token_ids)
-                first = index not in started
-                started.add(index)
-                text = (texts[index // body.n] if echo and first else "") + d.text
-                yield chunk(index, text, d.finish_reason, first)
+                fields = render(kind, choice, d, wants_logprobs)
+                if kind == "chat":
+                    fields["delta"] = fields.pop("message")
+                chunk = {"index": choice.index, **fields, "finish_reason": d.finish_reason}
+                yield event({**head, "object": obj, "choices": [chunk]})
                 if d.finish_reason is not None:
                     open_choices -= 1
             if body.include_usage:
-                prompt_tokens = sum(len(p) for p in prompts)
-                yield (
-                    "data: "
-                    + json.dumps(
-                        {
-                            "id": rid,
-                            "object": chunk_obj,
-                            "created": created,
-                            "model": served_model_name,
-                            "choices": [],
-                            "usage": {
-                                "prompt_tokens": prompt_tokens,
-                                "completion_tokens": completion_tokens,
-                                "total_tokens": prompt_tokens + completion_tokens,
-                            },
-                        }
-                    )
-                    + "\n\n"
+                yield event(
+                    {
+                        **head,
+                        "object": obj,
+                        "choices": [],
+                        "usage": usage(prompts, completion_tokens),
+                    }
                 )
             yield "data: [DONE]\n\n"
-        finally:
+        finally:  # finished, or the client went away: stop whatever still runs
+            for choice in choices:
+                choice.completion.abort()
             for task in tasks:
                 task.cancel()
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Any:
         check_model(body)
-        if body.logprobs is not None:
-            raise GatewayError("logprobs are not supported yet")
         prompts, texts = _prompts(body.prompt, tokenizer)
         # The completions API's own default is 16 tokens (chat: up to the context length).
         max_tokens = body.max_tokens if body.max_tokens is not None else 16
-        return await run("completion", prompts, body, max_tokens, texts, body.echo)
+        return await respond("completion", prompts, texts, body, max_tokens, body.echo)
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatCompletionRequest) -> Any:
         check_model(body)
-        if body.logprobs:
-            raise GatewayError("logprobs are not supported yet")
         messages = [m.model_dump() for m in body.messages]
         try:
             text = tokenizer.apply_chat_template(
@@ -315,7 +335,7 @@ def build_app(loop: EngineLoop, served_model_name: str, api_key: str | None = No
             raise GatewayError(f"the chat template cannot render these messages: {e}") from e
         ids = list(tokenizer.encode(str(text), add_special_tokens=False))
         max_tokens = body.max_completion_tokens or body.max_tokens
-        return await run("chat", [ids], body, max_tokens, [""], False)
+        return await respond("chat", [ids], [""], body, max_tokens)
 
     return app
 

@@ -1,5 +1,5 @@
 """Starting specserve services as processes on this machine and waiting until
-they are ready (tests, benchmarks, and single-machine deployments)."""
+they are ready (tests, benchmarks, and ``specserve serve --disaggregated``)."""
 
 from __future__ import annotations
 
@@ -22,41 +22,72 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class ServiceStartError(RuntimeError):
+    """A service exited before it was ready; the message holds its last output."""
+
+
+class ServiceProcess:
+    """``specserve ARGS --port PORT`` as a child process.
+
+    Its output is read on another thread once it is ready, so that a chatty
+    service never blocks on a full pipe: the last lines are kept in
+    ``output_tail``, and with ``echo_prefix`` they are also printed here.
+    """
+
+    def __init__(self, *args: str, port: int = 0, echo_prefix: str | None = None):
+        self.name = args[0]
+        self.echo_prefix = echo_prefix
+        self.output_tail: deque[str] = deque(maxlen=200)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "specserve", *args, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.process.output_tail = self.output_tail  # type: ignore[attr-defined]
+
+    def wait_ready(self) -> str:
+        """Block until the service prints its ready line; return its host:port."""
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output_tail.append(line)
+            match = READY.search(line)
+            if match:
+                threading.Thread(target=self._drain, daemon=True).start()
+                return match.group(1)
+        self.process.wait()
+        raise ServiceStartError(
+            f"specserve {self.name} exited before it was ready:\n{''.join(self.output_tail)}"
+        )
+
+    def _drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output_tail.append(line)
+            if self.echo_prefix is not None:
+                print(f"[{self.echo_prefix}] {line}", end="", flush=True)
+
+    def stop(self, timeout_s: float = 120) -> None:
+        """SIGTERM (the service drains), then SIGKILL after ``timeout_s``."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 @contextmanager
 def service(
     *args: str, port: int = 0, timeout_s: float = 120
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Run ``specserve ARGS`` until it prints its ready line; yield (address, process).
 
-    Its output is read on (and kept, the last lines, in ``process.output_tail``)
-    so that a chatty service never blocks on a full pipe. Leaving the block
-    sends SIGTERM, then SIGKILL after ``timeout_s``.
+    Leaving the block sends SIGTERM, then SIGKILL after ``timeout_s``.
     """
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specserve", *args, "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    running = ServiceProcess(*args, port=port)
     try:
-        assert process.stdout is not None
-        seen = []
-        for line in process.stdout:
-            seen.append(line)
-            match = READY.search(line)
-            if match:
-                break
-        else:
-            raise RuntimeError(f"specserve {args[0]} exited before it was ready:\n{''.join(seen)}")
-        tail: deque[str] = deque(seen, maxlen=200)
-        process.output_tail = tail  # type: ignore[attr-defined]
-        threading.Thread(target=tail.extend, args=(process.stdout,), daemon=True).start()
-        yield match.group(1), process
+        yield running.wait_ready(), running.process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        running.stop(timeout_s)

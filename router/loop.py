@@ -1,9 +1,10 @@
 """Running the engine on one thread for many concurrent callers.
 
-Callers on other threads (gRPC handlers) submit requests and read events from
-their own queue; the loop thread alone touches the engine: it applies queued
-submissions and aborts, runs a step, and hands every sequence's new tokens and
-text to its caller. Text that a stop string might still cut is held back.
+Callers on other threads (gRPC handlers, the HTTP gateway's event loop) submit
+requests with a callback for their deltas; the loop thread alone touches the
+engine: it applies queued submissions and aborts, runs a step, and hands every
+sequence's new tokens and text to its caller's callback (which must not block:
+put it on a queue). Text that a stop string might still cut is held back.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class _Add:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    events: queue.Queue[Delta]
+    on_delta: Callable[[Delta], None]
 
 
 @dataclass
@@ -54,7 +55,7 @@ class _Abort:
 @dataclass
 class _Stream:
     seq: SequenceState
-    events: queue.Queue[Delta]
+    on_delta: Callable[[Delta], None]
     sent_tokens: int = 0
     sent_text: int = 0
 
@@ -82,13 +83,16 @@ class EngineLoop:
         return f"req-{next(self._ids)}"
 
     def submit(
-        self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams
-    ) -> queue.Queue[Delta]:
-        """Queue a request; raises ValueError for a prompt the engine cannot serve."""
+        self,
+        request_id: str,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        on_delta: Callable[[Delta], None],
+    ) -> None:
+        """Queue a request whose deltas go to ``on_delta`` (called on the loop
+        thread); raises ValueError for a prompt the engine cannot serve."""
         self.engine.check_prompt(request_id, prompt_ids)
-        events: queue.Queue[Delta] = queue.Queue()
-        self._commands.put(_Add(request_id, list(prompt_ids), params, events))
-        return events
+        self._commands.put(_Add(request_id, list(prompt_ids), params, on_delta))
 
     def abort(self, request_id: str) -> bool:
         """Abort a request; False if none with that id is in flight."""
@@ -107,13 +111,13 @@ class EngineLoop:
     def _apply(self, command: _Add | _Abort | None) -> None:
         if isinstance(command, _Add):
             (seq,) = self.engine.add_request(command.request_id, command.prompt_ids, command.params)
-            self._streams[command.request_id] = _Stream(seq, command.events)
+            self._streams[command.request_id] = _Stream(seq, command.on_delta)
         elif isinstance(command, _Abort):
             stream = self._streams.pop(command.request_id, None)
             if stream is not None and not stream.seq.finished:
                 self.engine.abort(command.request_id)
                 counts = stream.seq.counts
-                stream.events.put(
+                stream.on_delta(
                     Delta(
                         [],
                         "",
@@ -158,7 +162,7 @@ class EngineLoop:
             new_tokens = seq.output_ids[stream.sent_tokens :]
             if not new_tokens and not seq.finished:
                 continue
-            stream.events.put(
+            stream.on_delta(
                 Delta(
                     token_ids=new_tokens,
                     text=seq.text[stream.sent_text : text_end],
@@ -177,6 +181,6 @@ class EngineLoop:
 
     def _fail_all(self, message: str) -> None:
         for request_id, stream in list(self._streams.items()):
-            stream.events.put(Delta([], "", "abort", 0, 0, 0, error=message))
+            stream.on_delta(Delta([], "", "abort", 0, 0, 0, error=message))
             self.engine.abort(request_id)
         self._streams.clear()

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-if TYPE_CHECKING:
-    from router.engine import LLMEngine
 
 
 @dataclass
@@ -26,7 +22,8 @@ class SpeculationMetrics:
     accepted_per_position: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.accepted_per_position = [0] * self.num_speculative_tokens
+        if not self.accepted_per_position:
+            self.accepted_per_position = [0] * self.num_speculative_tokens
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -64,34 +61,43 @@ class SpeculationMetrics:
         )
 
 
+@dataclass(frozen=True)
+class EngineStats:
+    """The engine's state at one moment, wherever the engine runs."""
+
+    speculating: bool  # a draft worker is reachable
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float  # share of the target workers' KV blocks in use
+    speculation: SpeculationMetrics
+
+
 class EngineCollector(Collector):
     """The engine's state, read when Prometheus scrapes: whether it speculates,
     running and waiting sequences, KV cache usage, and the speculation counters
     (vLLM's names where vLLM has one)."""
 
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
+    def __init__(self, stats: Callable[[], EngineStats]):
+        self.stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        e, m = self.engine, self.engine.metrics
+        e = self.stats()
+        m = e.speculation
         yield GaugeMetricFamily(
             "specserve_speculation_active",
             "1 while a draft worker is reachable, 0 while decoding without speculation",
             value=float(e.speculating),
         )
         yield GaugeMetricFamily(
-            "specserve_num_requests_running", "sequences being decoded", value=len(e.running)
+            "specserve_num_requests_running", "sequences being decoded", value=e.num_running
         )
         yield GaugeMetricFamily(
-            "specserve_num_requests_waiting", "sequences waiting for KV room", value=len(e.waiting)
+            "specserve_num_requests_waiting", "sequences waiting for KV room", value=e.num_waiting
         )
-        infos = [w.describe() for w in e.workers.targets]
-        total = sum(i.num_blocks for i in infos)
-        used = total - sum(i.num_free_blocks for i in infos)
         yield GaugeMetricFamily(
             "specserve_kv_cache_usage_perc",
             "share of the target workers' KV blocks in use",
-            value=used / total if total else 0.0,
+            value=e.kv_cache_usage,
         )
         for name, value, text in (
             ("drafts", m.num_drafts, "rounds that verified drafts"),
@@ -112,9 +118,9 @@ class EngineCollector(Collector):
 class GatewayMetrics:
     """Request counts and latencies of the HTTP gateway, in its own registry."""
 
-    def __init__(self, engine: LLMEngine):
+    def __init__(self, stats: Callable[[], EngineStats]):
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(engine))
+        self.registry.register(EngineCollector(stats))
         self.requests = Counter(
             "specserve_request",
             "finished HTTP requests",

@@ -1,4 +1,5 @@
-"""Request bodies of the OpenAI API, as pydantic models, and the error shape.
+"""Request bodies of the OpenAI API as pydantic models, the error shape, and
+the logprobs shapes of its responses.
 
 Fields follow the OpenAI API and vLLM's extensions (top_k, min_p,
 stop_token_ids, ignore_eos). Values are checked here and again by
@@ -7,10 +8,12 @@ SamplingParams; any failure becomes a 400 with OpenAI's error JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from model_runtime.logprobs import TokenLogprob
 from router.params import SamplingParams
 
 
@@ -34,7 +37,10 @@ class SamplingFields(BaseModel):
 
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
         """Raises ValueError naming the bad field."""
+        logprobs, prompt_logprobs = self.logprob_counts()
         return SamplingParams(
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             n=1,  # each of the n choices is its own request (seed + index)
             temperature=self.temperature,
             top_p=self.top_p,
@@ -51,11 +57,19 @@ class SamplingFields(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.get("include_usage"))
 
+    def logprob_counts(self) -> tuple[int | None, int | None]:
+        """Alternatives per generated token and per prompt token (None: no logprobs)."""
+        return None, None
+
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     logprobs: int | None = None
+
+    def logprob_counts(self) -> tuple[int | None, int | None]:
+        # With echo the returned logprobs cover the prompt too.
+        return self.logprobs, self.logprobs if self.echo else None
 
 
 class ChatMessage(BaseModel):
@@ -67,7 +81,64 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
     logprobs: bool = False
+    top_logprobs: int | None = None
+
+    def logprob_counts(self) -> tuple[int | None, int | None]:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs set to true")
+        return (self.top_logprobs or 0) if self.logprobs else None, None
 
 
 def error_body(message: str, kind: str = "invalid_request_error", code: int = 400) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def completion_logprobs(
+    tokens: Sequence[tuple[int, TokenLogprob | None]],
+    decode: Callable[[int], str],
+    text_offset: int,
+) -> dict[str, Any]:
+    """The completions API's logprobs object for these (token id, logprob) pairs;
+    ``text_offset`` is where the first token's text starts in the choice's text."""
+    out: dict[str, Any] = {
+        "tokens": [],
+        "token_logprobs": [],
+        "top_logprobs": [],
+        "text_offset": [],
+    }
+    for token_id, logprob in tokens:
+        text = decode(token_id)
+        out["tokens"].append(text)
+        out["text_offset"].append(text_offset)
+        text_offset += len(text)
+        if logprob is None:  # the prompt's first token
+            out["token_logprobs"].append(None)
+            out["top_logprobs"].append(None)
+            continue
+        top = {
+            decode(t): v for t, v in zip(logprob.top_token_ids, logprob.top_logprobs, strict=True)
+        }
+        top.setdefault(text, logprob.logprob)
+        out["token_logprobs"].append(logprob.logprob)
+        out["top_logprobs"].append(top)
+    return out
+
+
+def chat_logprobs(logprobs: Sequence[TokenLogprob], decode: Callable[[int], str]) -> dict:
+    """The chat API's logprobs object: one entry per generated token."""
+
+    def entry(token_id: int, value: float) -> dict[str, Any]:
+        text = decode(token_id)
+        return {"token": text, "logprob": value, "bytes": list(text.encode())}
+
+    return {
+        "content": [
+            {
+                **entry(t.token_id, t.logprob),
+                "top_logprobs": [
+                    entry(i, v) for i, v in zip(t.top_token_ids, t.top_logprobs, strict=True)
+                ],
+            }
+            for t in logprobs
+        ]
+    }

@@ -3,6 +3,7 @@ tokens, what each worker holds of them, its text, and when it stops."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from model_runtime.logprobs import TokenLogprob
@@ -94,3 +95,20 @@ class SequenceState:
                 self.stop_reason = stop
                 return True
         return False
+
+
+def check_prompt(
+    request_id: str, prompt_ids: Sequence[int], max_model_len: int, vocab_size: int
+) -> None:
+    """Raise ValueError, naming the request (if given), for a prompt that cannot be served."""
+    where = f"request {request_id}: " if request_id else ""
+    if not prompt_ids:
+        raise ValueError(f"{where}the prompt is empty")
+    if len(prompt_ids) >= max_model_len:
+        raise ValueError(
+            f"{where}the prompt has {len(prompt_ids)} tokens; the maximum model length is "
+            f"{max_model_len}, leaving no room to generate"
+        )
+    bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"{where}token ids {bad[:5]} outside [0, {vocab_size})")

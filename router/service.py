@@ -3,6 +3,7 @@ draft and target workers through the engine loop."""
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -11,7 +12,6 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
-from protos.convert import sampling_from_proto
 from protos.serving import (
     NOT_SERVING,
     SERVING,
@@ -23,16 +23,10 @@ from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import Delta, EngineLoop
 from router.metrics import EngineCollector
-from router.params import SamplingParams
+from router.wire import delta_to_response, params_from_request, router_info
 from router.workers import build_remote_workers
 
 SERVICE_NAME = "specserve.v1.Router"
-FINISH_REASONS = {
-    None: rpb.FINISH_REASON_UNSPECIFIED,
-    "stop": rpb.FINISH_REASON_STOP,
-    "length": rpb.FINISH_REASON_LENGTH,
-    "abort": rpb.FINISH_REASON_ABORT,
-}
 
 
 # Health name whose status says whether the router is speculating (SERVING) or
@@ -54,47 +48,24 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"{self.loop.num_requests} requests are in flight, the most this router takes",
             )
+        events: queue.Queue[Delta] = queue.Queue()
         try:
             prompt_ids = (
                 list(request.token_ids.ids)
                 if request.HasField("token_ids")
                 else self.loop.engine.tokenizer.encode(request.text)
             )
-            options = sampling_from_proto(request.sampling)
-            params = SamplingParams(
-                temperature=options.temperature,
-                top_p=options.top_p,
-                top_k=options.top_k,
-                min_p=options.min_p,
-                seed=options.seed,
-                max_tokens=request.max_tokens if request.HasField("max_tokens") else None,
-                stop=list(request.stop),
-                stop_token_ids=list(request.stop_token_ids),
-                ignore_eos=request.ignore_eos,
-            )
-            events = self.loop.submit(request_id, prompt_ids, params)
+            self.loop.submit(request_id, prompt_ids, params_from_request(request), events.put)
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         # A client that goes away aborts its request and frees its KV.
         context.add_callback(lambda: self.loop.abort(request_id))
         first = True
         while True:
-            delta: Delta = events.get()
+            delta = events.get()
             if delta.error is not None:
                 context.abort(grpc.StatusCode.UNAVAILABLE, delta.error)
-            yield rpb.GenerateResponse(
-                request_id=request_id,
-                token_ids=delta.token_ids,
-                text=delta.text,
-                finish_reason=FINISH_REASONS[delta.finish_reason],
-                prompt_token_ids=prompt_ids if first else [],
-                num_prompt_tokens=len(prompt_ids),
-                speculation=rpb.SpeculationStats(
-                    num_drafts=delta.num_drafts,
-                    num_draft_tokens=delta.num_draft_tokens,
-                    num_accepted_tokens=delta.num_accepted_tokens,
-                ),
-            )
+            yield delta_to_response(request_id, delta, prompt_ids, first)
             first = False
             if delta.finish_reason is not None:
                 return
@@ -102,10 +73,24 @@ class RouterService(router_pb2_grpc.RouterServicer):
     def Abort(self, request: rpb.AbortRequest, context: grpc.ServicerContext) -> rpb.AbortResponse:
         return rpb.AbortResponse(aborted=self.loop.abort(request.request_id))
 
+    def Describe(
+        self, request: rpb.DescribeRouterRequest, context: grpc.ServicerContext
+    ) -> rpb.RouterInfo:
+        engine = self.loop.engine
+        spec = engine.config.speculative
+        return router_info(
+            model=engine.config.model,
+            vocab_size=engine.workers.vocab_size,
+            max_model_len=engine.max_model_len,
+            draft_model=spec.model if spec else "",
+            k=engine.k,
+            stats=engine.stats(),
+        )
+
 
 def start_metrics_server(engine: LLMEngine, host: str, port: int) -> None:
     registry = CollectorRegistry()
-    registry.register(EngineCollector(engine))
+    registry.register(EngineCollector(engine.stats))
     start_http_server(port, addr=host, registry=registry)
 
 
@@ -132,6 +117,12 @@ class RouterConfig:
     max_pending_requests: int = field(
         default=1024, metadata={"help": "requests in flight before RESOURCE_EXHAUSTED"}
     )
+    disable_log_stats: bool = field(
+        default=False, metadata={"help": "do not log throughput and speculation statistics"}
+    )
+    log_stats_interval_s: float = field(
+        default=10.0, metadata={"help": "seconds between statistics log lines"}
+    )
 
     @staticmethod
     def addresses(value: str | None) -> list[str]:
@@ -156,7 +147,10 @@ def serve(config: RouterConfig) -> None:
     spec = SpeculativeConfig(workers.draft.describe().model, k) if workers.draft else None
     engine = LLMEngine(
         EngineConfig(
-            model=workers.target.describe().model, speculative=spec, overlap=config.overlap
+            model=workers.target.describe().model,
+            speculative=spec,
+            overlap=config.overlap,
+            log_stats_interval_s=None if config.disable_log_stats else config.log_stats_interval_s,
         ),
         workers,
     )

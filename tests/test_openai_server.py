@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,9 +32,18 @@ SEED_FLAGS = (
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with service("serve", "specserve/demo-target", *SEED_FLAGS, "--dtype", "float32") as (a, _):
-        yield f"http://{a}"
+def served() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    # Statistics logged after every step, so that a test can find them at once.
+    flags = ("--dtype", "float32", "--log-stats-interval-s", "0")
+    with service("serve", "specserve/demo-target", *SEED_FLAGS, *flags) as (address, process):
+        yield f"http://{address}", process
+        tail = "".join(process.output_tail)  # type: ignore[attr-defined]
+        assert process.poll() is None, f"the server exited early:\n{tail}"
+
+
+@pytest.fixture(scope="module")
+def server(served: tuple[str, subprocess.Popen[str]]) -> str:
+    return served[0]
 
 
 def client(base: str, key: str = "EMPTY") -> OpenAI:
@@ -42,6 +52,10 @@ def client(base: str, key: str = "EMPTY") -> OpenAI:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_the_seeds_client_code_runs_unchanged(server: str, stream: bool) -> None:
+    run_the_seeds_client_code(server, stream)
+
+
+def run_the_seeds_client_code(server: str, stream: bool) -> None:
     c = client(server)
     models = c.models.list()
     model = models.data[0].id
@@ -117,6 +131,8 @@ def post(base: str, path: str, body: bytes, headers: dict | None = None) -> tupl
         (b'{"prompt": "x", "n": 0}', 400),
         (b'{"prompt": 42.5}', 400),
         (b'{"prompt": "x", "top_p": "high"}', 400),
+        (b'{"prompt": "x", "logprobs": 21}', 400),
+        (b'{"prompt": "x", "logprobs": -1}', 400),
     ],
 )
 def test_bad_requests_get_a_4xx_with_an_openai_error(server: str, body: bytes, status: int) -> None:
@@ -174,3 +190,104 @@ def test_metrics_parse_and_the_speculation_counters_grow(server: str) -> None:
     assert after["specserve_time_to_first_token_seconds_count"] >= 1
     assert "specserve_kv_cache_usage_perc" in after
     assert after["specserve_speculation_active"] == 1.0
+
+
+def test_bad_chat_logprobs_get_a_400(server: str) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    for extra in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 99}):
+        code, reply = post(
+            server, "/v1/chat/completions", json.dumps({"messages": messages, **extra}).encode()
+        )
+        assert code == 400, reply
+        assert "logprobs" in reply["error"]["message"]
+
+
+def test_statistics_are_logged_with_acceptance_and_throughput(
+    served: tuple[str, subprocess.Popen[str]],
+) -> None:
+    base, process = served
+    client(base).completions.create(
+        model="specserve/demo-target", prompt="def h(y):", max_tokens=12, temperature=0
+    )
+    lines = [line for line in process.output_tail if "router.engine" in line]  # type: ignore[attr-defined]
+    assert any(
+        "tokens/s" in line and "acceptance rate" in line and "mean acceptance length" in line
+        for line in lines
+    ), lines[-3:]
+
+
+def assert_completion_logprobs(logprobs: object, num_tokens: int, num_top: int) -> None:
+    tokens = logprobs.tokens  # type: ignore[attr-defined]
+    values = logprobs.token_logprobs  # type: ignore[attr-defined]
+    top = logprobs.top_logprobs  # type: ignore[attr-defined]
+    assert len(tokens) == len(values) == len(top) == num_tokens
+    for token, value, alternatives in zip(tokens, values, top, strict=True):
+        assert value <= 0
+        assert alternatives[token] == value  # the chosen token is listed with its logprob
+        assert num_top <= len(alternatives) <= num_top + 1
+        assert max(alternatives.values()) <= 0
+    offsets = logprobs.text_offset  # type: ignore[attr-defined]
+    assert offsets == sorted(offsets) and offsets[0] == 0
+
+
+def test_completion_logprobs_have_the_apis_shape_streamed_or_not(server: str) -> None:
+    c = client(server)
+    whole = c.completions.create(
+        model="specserve/demo-target", prompt="def f(x):", max_tokens=10, temperature=0, logprobs=3
+    )
+    assert_completion_logprobs(whole.choices[0].logprobs, whole.usage.completion_tokens, 3)
+    assert "".join(whole.choices[0].logprobs.tokens) == whole.choices[0].text
+    chunks = list(
+        c.completions.create(
+            model="specserve/demo-target",
+            prompt="def f(x):",
+            max_tokens=10,
+            temperature=0,
+            logprobs=3,
+            stream=True,
+        )
+    )
+    streamed = [lp for ch in chunks for lp in ch.choices[0].logprobs.token_logprobs]
+    assert streamed == whole.choices[0].logprobs.token_logprobs  # greedy: the same tokens
+
+
+def test_echo_with_logprobs_covers_the_prompt(server: str) -> None:
+    prompt = "import os\nimport sys"
+    reply = client(server).completions.create(
+        model="specserve/demo-target",
+        prompt=prompt,
+        max_tokens=4,
+        temperature=0,
+        logprobs=1,
+        echo=True,
+    )
+    logprobs = reply.choices[0].logprobs
+    assert reply.choices[0].text.startswith(prompt)
+    assert "".join(logprobs.tokens).startswith(prompt)
+    assert len(logprobs.tokens) == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(v is not None and v <= 0 for v in logprobs.token_logprobs[1:])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_have_the_apis_shape(server: str, stream: bool) -> None:
+    reply = client(server).chat.completions.create(
+        model="specserve/demo-target",
+        messages=[{"role": "user", "content": "Write a loop."}],
+        max_tokens=6,
+        logprobs=True,
+        top_logprobs=2,
+        stream=stream,
+    )
+    if stream:
+        content = [e for ch in reply for e in (ch.choices[0].logprobs.content or [])]
+    else:
+        content = reply.choices[0].logprobs.content
+    assert len(content) == 6
+    for entry in content:
+        assert entry.logprob <= 0
+        assert bytes(entry.bytes).decode(errors="replace") == entry.token
+        assert len(entry.top_logprobs) == 2
+        first, second = entry.top_logprobs
+        assert first.logprob >= second.logprob
+        assert first.logprob >= entry.logprob  # the most likely is at least as likely

@@ -1,0 +1,115 @@
+"""`specserve serve --disaggregated`: the target worker, draft worker and router
+as separate processes talking gRPC on loopback, the gateway in front; and
+`specserve serve --router` in front of a router that already runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from protos import router_pb2 as rpb
+from protos.router_pb2_grpc import RouterStub
+from router.launch import free_port, service
+from specserve import LLM, SamplingParams
+from tests.test_openai_server import client, run_the_seeds_client_code, scrape
+
+PROMPT = "def fibonacci(n):"
+
+
+@pytest.fixture(scope="module")
+def disaggregated() -> Iterator[tuple[str, str]]:
+    """(gateway URL, router address) of the bundled pair served as four processes."""
+    flags = ("--host", "127.0.0.1", "--dtype", "float32", "--disaggregated")
+    with service("serve", *flags) as (address, process):
+        lines = "".join(process.output_tail)  # type: ignore[attr-defined]
+        match = re.search(r"router on (\S+:\d+), target worker on \S+, draft worker on", lines)
+        assert match, lines
+        yield f"http://{address}", match.group(1)
+
+
+def describe(router: str) -> rpb.RouterInfo:
+    with grpc.insecure_channel(router) as channel:
+        return RouterStub(channel).Describe(rpb.DescribeRouterRequest(), timeout=10)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_seeds_client_code_runs_through_separate_processes(
+    disaggregated: tuple[str, str], stream: bool
+) -> None:
+    run_the_seeds_client_code(disaggregated[0], stream)
+
+
+def test_output_and_logprobs_equal_the_in_process_engine(disaggregated: tuple[str, str]) -> None:
+    reply = client(disaggregated[0]).completions.create(
+        model="specserve/demo-target", prompt=PROMPT, max_tokens=20, temperature=0, logprobs=2
+    )
+    spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 5}
+    llm = LLM("specserve/demo-target", speculative_config=spec, dtype="float32")
+    params = SamplingParams(temperature=0, max_tokens=20, logprobs=2)
+    (expected,) = llm.generate([PROMPT], params, use_tqdm=False)
+    completion = expected.outputs[0]
+    assert reply.choices[0].text == completion.text
+    assert completion.logprobs is not None
+    chosen = [p[t].logprob for t, p in zip(completion.token_ids, completion.logprobs, strict=True)]
+    assert reply.choices[0].logprobs.token_logprobs == pytest.approx(chosen, abs=1e-4)
+
+
+def test_metrics_come_from_the_router(disaggregated: tuple[str, str]) -> None:
+    base, router = disaggregated
+    before = scrape(base)
+    client(base).completions.create(
+        model="specserve/demo-target", prompt="class A:", max_tokens=16, temperature=0
+    )
+    after = scrape(base)
+    name = "specserve_spec_decode_num_draft_tokens_total"
+    assert after[name] > before.get(name, 0.0)
+    assert after[name] == describe(router).num_draft_tokens
+    assert after["specserve_speculation_active"] == 1.0
+
+
+def test_a_client_that_goes_away_frees_its_kv(disaggregated: tuple[str, str]) -> None:
+    base, router = disaggregated
+    stream = client(base).completions.create(
+        model="specserve/demo-target",
+        prompt=PROMPT,
+        max_tokens=1000,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    next(iter(stream))
+    stream.close()
+    deadline = time.monotonic() + 30
+    while (info := describe(router)).kv_cache_usage and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert info.num_running == 0 and info.kv_cache_usage == 0.0
+
+
+def test_a_gateway_in_front_of_a_running_router(disaggregated: tuple[str, str]) -> None:
+    flags = ("--host", "127.0.0.1", "--router", disaggregated[1])
+    with service("serve", *flags) as (address, _):
+        c = client(f"http://{address}")
+        (model,) = c.models.list().data
+        assert model.id == "specserve/demo-target"  # what the router serves
+        reply = c.completions.create(model=model.id, prompt=PROMPT, max_tokens=8, temperature=0)
+        assert reply.usage.completion_tokens == 8
+        messages = [{"role": "user", "content": "hi"}]
+        c.chat.completions.create(model=model.id, messages=messages, max_tokens=4)
+
+
+def test_no_router_at_the_address_is_a_clear_error() -> None:
+    port = free_port()
+    result = subprocess.run(
+        [sys.executable, "-m", "specserve", "serve", "--router", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert f"no router answers at 127.0.0.1:{port}" in result.stderr
