@@ -108,6 +108,16 @@ class ModelConfig:
                 f"num_hidden_layers is {self.num_hidden_layers}"
             )
 
+    def check_tensor_parallel(self, size: int) -> None:
+        """ValueError unless ``size`` ranks can split the heads and the MLP evenly."""
+        for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+            total = getattr(self, name)
+            if total % size:
+                raise ValueError(
+                    f"tensor_parallel_size {size} does not divide {name} ({total}) of "
+                    f"{self.architecture}; choose a tensor_parallel_size that divides it"
+                )
+
     @classmethod
     def from_pretrained(cls, folder: str | Path) -> ModelConfig:
         folder = Path(folder)

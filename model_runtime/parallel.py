@@ -8,6 +8,7 @@ layers serve a single device and a tensor-parallel group.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -56,5 +57,36 @@ class TensorParallelGroup:
         dist.all_gather(parts, x.contiguous(), group=self.process_group)
         return torch.cat(parts, dim=dim)
 
+    def broadcast(self, x: torch.Tensor, src: int = 0) -> torch.Tensor:
+        """Every rank's ``x`` becomes rank ``src``'s, in place."""
+        if self.size > 1:
+            dist.broadcast(x, src, group=self.process_group)
+        return x
+
+    def min(self, value: int, device: torch.device) -> int:
+        """The smallest of the ranks' ``value``."""
+        if self.size == 1:
+            return value
+        x = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(x, op=dist.ReduceOp.MIN, group=self.process_group)
+        return int(x.item())
+
 
 SINGLE_DEVICE = TensorParallelGroup()
+
+
+def join_group(
+    rank: int, size: int, init_method: str, timeout_s: float, backend: str | None = None
+) -> TensorParallelGroup:
+    """Join the group of ``size`` processes that meet at ``init_method``
+    (``tcp://host:port``, chosen at run time by rank 0's side). NCCL when CUDA is
+    available, else gloo; collectives that wait longer than ``timeout_s`` fail."""
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    return TensorParallelGroup(rank, size, dist.group.WORLD)

@@ -83,7 +83,7 @@ class ModelRunner:
         max_positions = max_model_len or config.max_position_embeddings
         kv_cache = PagedKVCache(
             config.num_hidden_layers,
-            tp.shard_size(config.num_key_value_heads, "num_key_value_heads"),
+            model.num_kv_heads_per_rank,
             config.head_dim,
             num_blocks,
             block_size,

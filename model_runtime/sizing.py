@@ -21,7 +21,7 @@ def kv_bytes_per_block(model: LlamaForCausalLM, block_size: int) -> int:
     c = model.config
     return PagedKVCache.bytes_per_block(
         c.num_hidden_layers,
-        c.num_key_value_heads,
+        model.num_kv_heads_per_rank,
         c.head_dim,
         block_size,
         model.lm_head.weight.dtype,
@@ -68,7 +68,7 @@ def runner_for(
     c = model.config
     cache = PagedKVCache(
         c.num_hidden_layers,
-        c.num_key_value_heads,
+        model.num_kv_heads_per_rank,
         c.head_dim,
         num_blocks,
         block_size,

@@ -28,7 +28,13 @@ __all__ = [
     "VerifyOutput",
     "VerifyRequest",
     "WorkerInfo",
+    "WorkerUnavailableError",
 ]
+
+
+class WorkerUnavailableError(RuntimeError):
+    """A worker could not be reached, its stream broke, or (tensor-parallel) one of
+    its ranks died; the caller decides what to do."""
 
 
 @dataclass(frozen=True)

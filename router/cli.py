@@ -12,6 +12,7 @@ from model_runtime.serving_config import WorkerServerConfig
 from router.arguments import add_config_arguments, config_from_args
 from router.generate import GenerateConfig, generate
 from router.launch import ServiceStartError
+from target_worker.executors import ParallelConfig, PlacementError
 from target_worker.worker import TargetWorkerConfig
 
 
@@ -33,7 +34,11 @@ def _run_draft_worker(args: argparse.Namespace) -> int:
 def _run_target_worker(args: argparse.Namespace) -> int:
     from target_worker.service import serve
 
-    serve(config_from_args(WorkerServerConfig, args), config_from_args(TargetWorkerConfig, args))
+    serve(
+        config_from_args(WorkerServerConfig, args),
+        config_from_args(TargetWorkerConfig, args),
+        config_from_args(ParallelConfig, args),
+    )
     return 0
 
 
@@ -47,7 +52,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    serve(config_from_args(ServeConfig, args))
+    serve(config_from_args(ServeConfig, args), config_from_args(ParallelConfig, args))
     return 0
 
 
@@ -75,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     target = commands.add_parser("target-worker", help="serve a target model over gRPC")
     add_config_arguments(target, WorkerServerConfig)
     add_config_arguments(target, TargetWorkerConfig, skip={"seed", "use_triton"})
+    add_config_arguments(target, ParallelConfig)
     target.set_defaults(run=_run_target_worker)
     from router.serve import ServeConfig
     from router.service import RouterConfig
@@ -83,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve a model (and its draft) behind an OpenAI-compatible HTTP API"
     )
     add_config_arguments(serve_parser, ServeConfig)
+    add_config_arguments(serve_parser, ParallelConfig)
     for old in ("speculative_model", "num_speculative_tokens"):
         serve_parser.add_argument(
             f"--{old}",
@@ -113,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         return int(args.run(args))
-    except (ValueError, CheckpointError, UnsupportedModelError, OSError, ServiceStartError) as e:
+    except (
+        ValueError,
+        CheckpointError,
+        UnsupportedModelError,
+        OSError,
+        ServiceStartError,
+        PlacementError,
+    ) as e:
         print(f"specserve {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -21,7 +21,14 @@ from protos import convert
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
 from protos.draft_worker_pb2_grpc import DraftWorkerStub
-from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from protos.messages import (
+    Proposal,
+    ProposeRequest,
+    VerifyOutput,
+    VerifyRequest,
+    WorkerInfo,
+    WorkerUnavailableError,
+)
 from protos.target_worker_pb2_grpc import TargetWorkerStub
 
 logger = logging.getLogger(__name__)
@@ -32,10 +39,6 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-
-
-class WorkerUnavailableError(RuntimeError):
-    """A worker could not be reached or its stream broke; the engine decides what to do."""
 
 
 class DraftClient(Protocol):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from target_worker.executors import ParallelConfig
+
 SPECULATIVE_KEYS = (
     "model",
     "num_speculative_tokens",
@@ -91,6 +93,8 @@ class EngineConfig:
     max_num_seqs: int = 256
     draft_top_n: int = 32
     tensor_parallel_size: int = 1
+    distributed_executor_backend: str | None = None  # mp or ray; default ray when tp > 1
+    ray_address: str | None = None  # a running Ray cluster to place the target's ranks on
     num_kv_blocks_override: int | None = None  # skip the memory budget (tests, benchmarks)
     # Keep two micro-batches in flight: draft one while verifying the other.
     # Pays off when draft and target run on different devices or hosts.
@@ -110,12 +114,15 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
-        if self.tensor_parallel_size != 1:
-            raise ValueError(
-                f"tensor_parallel_size {self.tensor_parallel_size} is not supported yet; use 1"
-            )
+        _ = self.parallel  # validates the tensor-parallel fields
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+    @property
+    def parallel(self) -> ParallelConfig:
+        return ParallelConfig(
+            self.tensor_parallel_size, self.distributed_executor_backend, self.ray_address
+        )
 
     @classmethod
     def field_names(cls) -> set[str]:

@@ -3,8 +3,10 @@ they are ready (tests, benchmarks, and ``specserve serve --disaggregated``)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +16,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 READY = re.compile(r"ready on (\S+:\d+)")
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the parent dies, so
+    that a killed ``serve --disaggregated`` leaves no workers behind."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -44,6 +54,7 @@ class ServiceProcess:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=_die_with_parent,
         )
         self.process.output_tail = self.output_tail  # type: ignore[attr-defined]
 

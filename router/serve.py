@@ -28,11 +28,13 @@ from router.gateway import build_app
 from router.generate import parse_speculative_config
 from router.launch import ServiceProcess
 from router.loop import EngineLoop
+from target_worker.executors import ParallelConfig
 
 DEPRECATED = ("speculative_model", "num_speculative_tokens")
 # With --disaggregated on one GPU the draft worker starts first and may use this
 # share of the GPU's memory; the target takes the rest of gpu_memory_utilization.
 DRAFT_GPU_SHARE = 0.1
+GRACE_S = 5
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,6 @@ class ServeConfig:
     host: str = field(default="0.0.0.0", metadata={"help": "address to listen on"})
     port: int = field(default=8000, metadata={"help": "port to listen on; 0 picks a free one"})
     seed: int = field(default=0, metadata={"help": "seed for requests without one"})
-    tensor_parallel_size: int = field(
-        default=1, metadata={"help": "GPUs for the target", "aliases": ["-tp"]}
-    )
     max_model_len: int | None = field(default=None, metadata={"help": "context length"})
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of the GPU"})
     speculative_config: str | None = field(
@@ -102,7 +101,7 @@ class ServeConfig:
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
             )
 
-    def engine_config(self) -> EngineConfig:
+    def engine_config(self, parallel: ParallelConfig) -> EngineConfig:
         if self.speculative_config:
             spec = SpeculativeConfig.from_dict(parse_speculative_config(self.speculative_config))
         elif self.model is None:
@@ -117,7 +116,9 @@ class ServeConfig:
             device=self.device,
             seed=self.seed,
             gpu_memory_utilization=self.gpu_memory_utilization,
-            tensor_parallel_size=self.tensor_parallel_size,
+            tensor_parallel_size=parallel.tensor_parallel_size,
+            distributed_executor_backend=parallel.distributed_executor_backend,
+            ray_address=parallel.ray_address,
             log_stats_interval_s=None if self.disable_log_stats else self.log_stats_interval_s,
         )
 
@@ -161,8 +162,19 @@ def start_processes(engine: EngineConfig, stack: ExitStack) -> str:
         )
         router_args += ["--draft-workers", draft]
         router_args += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
+    parallel = ["-tp", str(engine.tensor_parallel_size)]
+    if engine.distributed_executor_backend is not None:
+        parallel += ["--distributed-executor-backend", engine.distributed_executor_backend]
+    if engine.ray_address is not None:
+        parallel += ["--ray-address", engine.ray_address]
     target = start(
-        "target-worker", "--model", engine.model, "--host", "127.0.0.1", memory=target_memory
+        "target-worker",
+        "--model",
+        engine.model,
+        "--host",
+        "127.0.0.1",
+        *parallel,
+        memory=target_memory,
     )
     router = ServiceProcess(*router_args, "--target-workers", target, echo_prefix="router")
     stack.callback(router.stop)
@@ -175,14 +187,14 @@ def start_processes(engine: EngineConfig, stack: ExitStack) -> str:
     return address
 
 
-def serve(config: ServeConfig) -> None:
+def serve(config: ServeConfig, parallel: ParallelConfig) -> None:
     with ExitStack() as stack:
         backend: Backend
         if config.router is not None:
             backend = RouterBackend(config.router, config.tokenizer)
             default_name = config.model or backend.model
         else:
-            engine_config = config.engine_config()  # validates before any model loads
+            engine_config = config.engine_config(parallel)  # validates before models load
             default_name = engine_config.model
             if config.disaggregated:
                 backend = RouterBackend(start_processes(engine_config, stack))
@@ -196,4 +208,6 @@ def serve(config: ServeConfig) -> None:
         sock.bind((config.host, config.port))
         sock.listen(128)
         print(f"gateway ready on {config.host}:{sock.getsockname()[1]}", flush=True)
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        # Open keep-alive connections get GRACE_S to finish on SIGTERM, not forever.
+        server = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S)
+        uvicorn.Server(server).run(sockets=[sock])

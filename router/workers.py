@@ -10,6 +10,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from draft_worker.worker import DraftWorker, DraftWorkerConfig
+from model_runtime.config import ModelConfig
 from model_runtime.loader import load_model
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.resolve import resolve_model
@@ -17,6 +18,9 @@ from model_runtime.runner import ModelRunner
 from model_runtime.sizing import num_kv_blocks, runner_for
 from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
+from target_worker.executors import start_executor
+from target_worker.parallel import ParallelTargetWorker
+from target_worker.rank import RankConfig
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 
 
@@ -56,6 +60,10 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
 
 
 def build_local_workers(config: EngineConfig) -> Workers:
+    """The workers of one machine; a tensor-parallel target runs as ranks of an
+    executor (``config.parallel``), everything else in this process."""
+    if config.parallel.uses_executor:
+        return _build_parallel_workers(config)
     device = resolve_device(config.device)
     target_dir = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
@@ -105,6 +113,57 @@ def build_local_workers(config: EngineConfig) -> Workers:
         num_blocks,
         config.block_size,
         target.vocab_size,
+    )
+
+
+def _build_parallel_workers(config: EngineConfig) -> Workers:
+    """A target split over ranks (their own processes or Ray actors, each sizing
+    its KV cache from its own budget), and the draft here with as many blocks."""
+    parallel = config.parallel
+    target_dir = resolve_model(config.model)
+    ModelConfig.from_pretrained(target_dir).check_tensor_parallel(parallel.tensor_parallel_size)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    spec = config.speculative
+    k = spec.num_speculative_tokens if spec else 0
+    draft_dir = None
+    if spec is not None:
+        draft_dir = resolve_model(spec.model, spec.revision)
+        check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(draft_dir))
+    requested = [n for n in (config.max_model_len, spec and spec.max_model_len) if n]
+    max_len = min(requested) if requested else None
+    rank_config = RankConfig(
+        folder=str(target_dir),
+        model_name=config.model,
+        tensor_parallel_size=parallel.tensor_parallel_size,
+        dtype=config.dtype,
+        device=config.device,
+        max_model_len=max_len,
+        block_size=config.block_size,
+        num_kv_blocks=config.num_kv_blocks_override,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        cpu_memory_bytes=config.cpu_memory_bytes,
+        max_num_seqs=config.max_num_seqs,
+        max_tokens_per_sequence=None if max_len is None else max_len + k + 1,
+        seed=config.seed,
+    )
+    target = ParallelTargetWorker(start_executor(rank_config, parallel))
+    info = target.info
+    drafts: list[DraftClient] = []
+    if spec is not None and draft_dir is not None:
+        device = resolve_device(config.device)
+        draft_model = load_model(draft_dir, config.dtype, device)
+        runner = runner_for(draft_model, info.num_blocks, config.block_size, device)
+        drafts.append(
+            DraftWorker(runner, DraftWorkerConfig(config.draft_top_n, config.seed), spec.model)
+        )
+    return Workers(
+        tokenizer,
+        [target],
+        drafts,
+        info.max_model_len,
+        info.num_blocks,
+        config.block_size,
+        info.vocab_size,
     )
 
 

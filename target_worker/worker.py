@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from model_runtime.logprobs import token_logprobs
+from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus
@@ -47,8 +48,13 @@ class TargetWorker(LocalWorker):
         runner: ModelRunner,
         config: TargetWorkerConfig = TargetWorkerConfig(),
         model_name: str = "",
+        tp: TensorParallelGroup = SINGLE_DEVICE,
     ):
+        """With a tensor-parallel group, every rank runs the same calls on its
+        shard; rank 0 samples and the others take its tokens, so every rank's KV
+        cache keeps the same sequences and lengths."""
         super().__init__(runner, model_name)
+        self.tp = tp
         use_triton = config.use_triton
         if use_triton is None:
             use_triton = self.device.type == "cuda"
@@ -99,6 +105,27 @@ class TargetWorker(LocalWorker):
             all_logits if len(sampling_rows) == all_logits.shape[0] else all_logits[sampling_rows]
         )
         # logits: [R = sum(k + 1), V]
+        out = self._sample(batch, logits, num_drafts)
+        results = []
+        for r, row in zip(batch, out, strict=True):
+            tokens = [t for t in row if t != PLACEHOLDER]
+            accepted = len(tokens) - 1
+            held = r.tokens.cached_len + len(r.tokens.token_ids) + accepted
+            self.runner.truncate(r.tokens.seq_id, held)
+            results.append(VerifyOutput(r.tokens.seq_id, SequenceStatus(), tokens, accepted))
+        wants = any(r.sampling.logprobs is not None or _wants_prompt_logprobs(r) for r in batch)
+        if wants and self.tp.rank == 0:  # only rank 0's results leave the group
+            self._add_logprobs(batch, results, all_logits, starts)
+        return results
+
+    def _sample(
+        self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
+    ) -> list[list[int]]:
+        """Rejection-sample every sequence: [B, max k + 1] tokens, PLACEHOLDER-padded."""
+        if self.tp.rank != 0:
+            shape = (len(batch), max(num_drafts) + 1)
+            out = torch.empty(shape, dtype=torch.int64, device=self.device)
+            return self.tp.broadcast(out).tolist()  # rank 0's tokens
         vocab = logits.shape[1]
         params = SamplingTensors.build(
             [r.sampling for r in batch], [k + 1 for k in num_drafts], vocab, self.device
@@ -122,17 +149,8 @@ class TargetWorker(LocalWorker):
                 list(zip(seeds, positions, strict=True)), vocab, "target"
             ),
         )
-        out = self.sample(inputs).tolist()  # the round's one host synchronisation
-        results = []
-        for r, row in zip(batch, out, strict=True):
-            tokens = [t for t in row if t != PLACEHOLDER]
-            accepted = len(tokens) - 1
-            held = r.tokens.cached_len + len(r.tokens.token_ids) + accepted
-            self.runner.truncate(r.tokens.seq_id, held)
-            results.append(VerifyOutput(r.tokens.seq_id, SequenceStatus(), tokens, accepted))
-        if any(r.sampling.logprobs is not None or _wants_prompt_logprobs(r) for r in batch):
-            self._add_logprobs(batch, results, all_logits, starts)
-        return results
+        out = self.tp.broadcast(self.sample(inputs).to(self.device))
+        return out.tolist()  # the round's one host synchronisation
 
     @staticmethod
     def _add_logprobs(

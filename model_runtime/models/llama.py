@@ -142,6 +142,10 @@ class LlamaForCausalLM(nn.Module):
     def __init__(self, config: ModelConfig, tp: TensorParallelGroup, max_positions: int):
         super().__init__()
         self.config = config
+        # This rank's share of the KV heads: what its KV cache holds.
+        self.num_kv_heads_per_rank = tp.shard_size(
+            config.num_key_value_heads, "num_key_value_heads"
+        )
         inv_freq, scaling = rope_frequencies(config.hf_config, config.head_dim)
         self.rotary = RotaryEmbedding(inv_freq, scaling, max_positions)
         qkv_bias, o_bias = self.attention_biases(config)
