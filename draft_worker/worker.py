@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from protos.local_worker import LocalWorker
@@ -40,8 +41,12 @@ class DraftWorker(LocalWorker):
         runner: ModelRunner,
         config: DraftWorkerConfig = DraftWorkerConfig(),
         model_name: str = "",
+        tp: TensorParallelGroup = SINGLE_DEVICE,
     ):
+        """With a tensor-parallel group every rank drafts on its shard and takes
+        rank 0's token at each step, so every rank's KV cache stays the same."""
         super().__init__(runner, model_name)
+        self.tp = tp
         self.top_n = min(config.top_n, runner.vocab_size)
         self.randomness = RowRandomness(self.device, config.seed + 1)
 
@@ -75,7 +80,7 @@ class DraftWorker(LocalWorker):
                 [(s, p + step) for s, p in zip(seeds, position, strict=True)], self.top_n, "draft"
             )
             choice = (step_probs / noise).argmax(-1, keepdim=True)  # [B, 1]
-            drafted = step_ids.gather(1, choice).squeeze(1)  # [B]
+            drafted = self.tp.broadcast(step_ids.gather(1, choice).squeeze(1))  # [B]
             tokens.append(drafted)
             ids.append(step_ids)
             probs.append(step_probs)

@@ -1,4 +1,5 @@
-"""Errors the model runtime raises for input a user can fix."""
+"""Errors the model runtime raises: for input a user can fix, and for a worker
+(or one of its tensor-parallel ranks) that is gone."""
 
 from __future__ import annotations
 
@@ -9,3 +10,8 @@ class CheckpointError(ValueError):
 
 class UnsupportedModelError(ValueError):
     """A checkpoint's architecture or one of its settings is not implemented."""
+
+
+class WorkerUnavailableError(RuntimeError):
+    """A worker could not be reached, its stream broke, or (tensor-parallel) one of
+    its ranks died; the caller decides what to do."""

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from model_runtime.config import DTYPES
+from model_runtime.config import DTYPES, ModelConfig
 from model_runtime.loader import load_model
+from model_runtime.rank import RankConfig, WorkerFactory
 from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner
 from model_runtime.sizing import num_kv_blocks, runner_for
@@ -61,3 +62,22 @@ class WorkerServerConfig:
             self.cpu_memory_bytes,
         )
         return runner_for(model, blocks, self.block_size, device)
+
+    def rank_config(self, tensor_parallel_size: int, build_worker: WorkerFactory) -> RankConfig:
+        """The ranks' configuration when this worker is split over ranks."""
+        folder = resolve_model(self.model)
+        ModelConfig.from_pretrained(folder).check_tensor_parallel(tensor_parallel_size)
+        return RankConfig(
+            folder=str(folder),
+            model_name=self.model,
+            tensor_parallel_size=tensor_parallel_size,
+            build_worker=build_worker,
+            dtype=self.dtype,
+            device=self.device,
+            max_model_len=self.max_model_len,
+            block_size=self.block_size,
+            num_kv_blocks=self.num_kv_blocks,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            cpu_memory_bytes=self.cpu_memory_bytes,
+            max_num_seqs=self.max_num_seqs,
+        )

@@ -4,15 +4,20 @@ servicers expose exactly these (``WorkerServicer``)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
+from model_runtime.executors import RankExecutor
 from model_runtime.runner import ModelRunner
 from protos import common_pb2 as pb
 from protos.messages import WorkerInfo, WorkerUnavailableError
+from protos.serving import RunningServer, ServiceBinding, serve_until_signalled, start_server
+
+logger = logging.getLogger(__name__)
 
 
 class LocalWorker:
@@ -94,3 +99,69 @@ class WorkerServicer:
             except WorkerUnavailableError as e:
                 self.unavailable(context, e)
             return worker_info_to_proto(info)
+
+
+class ExecutorWorker:
+    """A worker whose ranks run on an executor (tensor parallelism): every call
+    runs on every rank and rank 0's answer is the worker's. Subclasses add the
+    batch calls (prefill and verify, or propose)."""
+
+    def __init__(self, executor: RankExecutor):
+        self.executor = executor
+        self.info: WorkerInfo = self.describe()
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self.executor.run(method, *args)[0]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.info.vocab_size
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.describe().num_free_blocks
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        return int(self._call("release", list(seq_ids)))
+
+    def describe(self) -> WorkerInfo:
+        info: WorkerInfo = self._call("describe")
+        return info
+
+    def probe(self, timeout_s: float) -> bool:
+        return self.executor.alive()
+
+    def close(self) -> None:
+        """Stop the ranks (and free their placement)."""
+        self.executor.shutdown()
+
+
+def serve_worker(
+    worker: ServedWorker,
+    bind: Callable[[Callable[[str], None]], ServiceBinding],
+    address: str,
+    grace_s: float,
+    kind: str,
+) -> None:
+    """Serve ``worker`` (its service made by ``bind`` from the callback for a failed
+    worker) on ``address`` until SIGTERM; a worker on an executor reports its ranks
+    when it starts, NOT_SERVING when a rank fails, and stops them at the end."""
+    if isinstance(worker, ExecutorWorker):
+        pids = ", ".join(map(str, worker.executor.pids))
+        print(f"{len(worker.executor.pids)} ranks: pids {pids}", flush=True)
+    health: list[RunningServer] = []
+
+    def lost(reason: str) -> None:
+        logger.error("%s failed, reporting NOT_SERVING: %s", kind, reason)
+        for running in health:
+            running.set_serving(False)
+
+    try:
+        running = start_server([bind(lost)], address)
+        health.append(running)
+        serve_until_signalled(
+            running, grace_s, f"{kind} ready on {address.rsplit(':', 1)[0]}:{{port}}"
+        )
+    finally:
+        if isinstance(worker, ExecutorWorker):
+            worker.close()  # stops the ranks and frees their placement

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.errors import WorkerUnavailableError
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.runner import ModelRunner
 from model_runtime.sampling import SamplingOptions
@@ -30,11 +31,6 @@ __all__ = [
     "WorkerInfo",
     "WorkerUnavailableError",
 ]
-
-
-class WorkerUnavailableError(RuntimeError):
-    """A worker could not be reached, its stream broke, or (tensor-parallel) one of
-    its ranks died; the caller decides what to do."""
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ import sys
 
 from draft_worker.worker import DraftWorkerConfig
 from model_runtime.errors import CheckpointError, UnsupportedModelError
+from model_runtime.executors import ParallelConfig, PlacementError
 from model_runtime.serving_config import WorkerServerConfig
 from router.arguments import add_config_arguments, config_from_args
 from router.generate import GenerateConfig, generate
 from router.launch import ServiceStartError
-from target_worker.executors import ParallelConfig, PlacementError
 from target_worker.worker import TargetWorkerConfig
 
 
@@ -27,7 +27,11 @@ def _run_generate(args: argparse.Namespace) -> int:
 def _run_draft_worker(args: argparse.Namespace) -> int:
     from draft_worker.service import serve
 
-    serve(config_from_args(WorkerServerConfig, args), config_from_args(DraftWorkerConfig, args))
+    serve(
+        config_from_args(WorkerServerConfig, args),
+        config_from_args(DraftWorkerConfig, args),
+        config_from_args(ParallelConfig, args),
+    )
     return 0
 
 
@@ -76,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     draft = commands.add_parser("draft-worker", help="serve a draft model over gRPC")
     add_config_arguments(draft, WorkerServerConfig)
     add_config_arguments(draft, DraftWorkerConfig, skip={"seed"})
+    add_config_arguments(draft, ParallelConfig)
     draft.set_defaults(run=_run_draft_worker)
     target = commands.add_parser("target-worker", help="serve a target model over gRPC")
     add_config_arguments(target, WorkerServerConfig)

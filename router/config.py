@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from target_worker.executors import ParallelConfig
+from model_runtime.executors import ParallelConfig
 
 SPECULATIVE_KEYS = (
     "model",
@@ -39,9 +39,9 @@ class SpeculativeConfig:
                 "speculative_config num_speculative_tokens must be an integer >= 1, "
                 f"got {self.num_speculative_tokens!r}"
             )
-        if self.draft_tensor_parallel_size != 1:
+        if self.draft_tensor_parallel_size < 1:
             raise ValueError(
-                "speculative_config draft_tensor_parallel_size must be 1 for now, "
+                "speculative_config draft_tensor_parallel_size must be >= 1, "
                 f"got {self.draft_tensor_parallel_size}"
             )
         if self.max_model_len is not None and self.max_model_len < 2:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from model_runtime.executors import ParallelConfig
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from router.backends import Backend, LocalBackend, RouterBackend
 from router.config import EngineConfig, SpeculativeConfig
@@ -28,7 +29,6 @@ from router.gateway import build_app
 from router.generate import parse_speculative_config
 from router.launch import ServiceProcess
 from router.loop import EngineLoop
-from target_worker.executors import ParallelConfig
 
 DEPRECATED = ("speculative_model", "num_speculative_tokens")
 # With --disaggregated on one GPU the draft worker starts first and may use this
@@ -150,6 +150,11 @@ def start_processes(engine: EngineConfig, stack: ExitStack) -> str:
         return process.wait_ready()
 
     spec = engine.speculative
+    placement = []  # where tensor-parallel ranks run
+    if engine.distributed_executor_backend is not None:
+        placement += ["--distributed-executor-backend", engine.distributed_executor_backend]
+    if engine.ray_address is not None:
+        placement += ["--ray-address", engine.ray_address]
     router_args = ["router", "--host", "127.0.0.1"]
     if engine.log_stats_interval_s is None:
         router_args += ["--disable-log-stats"]
@@ -158,22 +163,20 @@ def start_processes(engine: EngineConfig, stack: ExitStack) -> str:
     target_memory = engine.gpu_memory_utilization
     if spec is not None:
         draft = start(
-            "draft-worker", "--model", spec.model, "--host", "127.0.0.1", memory=DRAFT_GPU_SHARE
+            "draft-worker",
+            *("--model", spec.model, "--host", "127.0.0.1"),
+            *("-tp", str(spec.draft_tensor_parallel_size), *placement),
+            memory=DRAFT_GPU_SHARE,
         )
         router_args += ["--draft-workers", draft]
         router_args += ["--num-speculative-tokens", str(spec.num_speculative_tokens)]
-    parallel = ["-tp", str(engine.tensor_parallel_size)]
-    if engine.distributed_executor_backend is not None:
-        parallel += ["--distributed-executor-backend", engine.distributed_executor_backend]
-    if engine.ray_address is not None:
-        parallel += ["--ray-address", engine.ray_address]
     target = start(
         "target-worker",
         "--model",
         engine.model,
         "--host",
         "127.0.0.1",
-        *parallel,
+        *("-tp", str(engine.tensor_parallel_size), *placement),
         memory=target_memory,
     )
     router = ServiceProcess(*router_args, "--target-workers", target, echo_prefix="router")

@@ -5,22 +5,25 @@ from the memory budget: ``gpu_memory_utilization`` of the GPU, or
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from draft_worker.parallel import ParallelDraftWorker, draft_rank_worker
 from draft_worker.worker import DraftWorker, DraftWorkerConfig
 from model_runtime.config import ModelConfig
+from model_runtime.executors import ParallelConfig, start_executor
 from model_runtime.loader import load_model
 from model_runtime.models.llama import LlamaForCausalLM
+from model_runtime.rank import RankConfig, WorkerFactory
 from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner
 from model_runtime.sizing import num_kv_blocks, runner_for
 from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
-from target_worker.executors import start_executor
-from target_worker.parallel import ParallelTargetWorker
-from target_worker.rank import RankConfig
+from target_worker.parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 
 
@@ -62,7 +65,8 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
 def build_local_workers(config: EngineConfig) -> Workers:
     """The workers of one machine; a tensor-parallel target runs as ranks of an
     executor (``config.parallel``), everything else in this process."""
-    if config.parallel.uses_executor:
+    spec = config.speculative
+    if config.parallel.uses_executor or (spec and spec.draft_tensor_parallel_size > 1):
         return _build_parallel_workers(config)
     device = resolve_device(config.device)
     target_dir = resolve_model(config.model)
@@ -117,45 +121,64 @@ def build_local_workers(config: EngineConfig) -> Workers:
 
 
 def _build_parallel_workers(config: EngineConfig) -> Workers:
-    """A target split over ranks (their own processes or Ray actors, each sizing
-    its KV cache from its own budget), and the draft here with as many blocks."""
-    parallel = config.parallel
+    """The target's ranks on an executor (processes or Ray actors, each sizing its
+    KV cache from its own budget); the draft on one too when
+    draft_tensor_parallel_size > 1, else here. The draft gets the target's blocks."""
+    parallel, spec = config.parallel, config.speculative
     target_dir = resolve_model(config.model)
-    ModelConfig.from_pretrained(target_dir).check_tensor_parallel(parallel.tensor_parallel_size)
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    spec = config.speculative
     k = spec.num_speculative_tokens if spec else 0
-    draft_dir = None
+    requested = [n for n in (config.max_model_len, spec and spec.max_model_len) if n]
+    max_len = min(requested) if requested else None
+
+    def ranks(
+        folder: Path, name: str, size: int, build: WorkerFactory, blocks: int | None
+    ) -> RankConfig:
+        ModelConfig.from_pretrained(folder).check_tensor_parallel(size)
+        return RankConfig(
+            folder=str(folder),
+            model_name=name,
+            tensor_parallel_size=size,
+            build_worker=build,
+            dtype=config.dtype,
+            device=config.device,
+            max_model_len=max_len,
+            block_size=config.block_size,
+            num_kv_blocks=blocks,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            cpu_memory_bytes=config.cpu_memory_bytes,
+            max_num_seqs=config.max_num_seqs,
+            max_tokens_per_sequence=None if max_len is None else max_len + k + 1,
+        )
+
+    build_target = partial(target_rank_worker, TargetWorkerConfig(seed=config.seed))
+    target_ranks = ranks(
+        target_dir,
+        config.model,
+        parallel.tensor_parallel_size,
+        build_target,
+        config.num_kv_blocks_override,
+    )
+    target = ParallelTargetWorker(start_executor(target_ranks, parallel))
+    info = target.info
+    drafts: list[DraftClient] = []
     if spec is not None:
         draft_dir = resolve_model(spec.model, spec.revision)
         check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(draft_dir))
-    requested = [n for n in (config.max_model_len, spec and spec.max_model_len) if n]
-    max_len = min(requested) if requested else None
-    rank_config = RankConfig(
-        folder=str(target_dir),
-        model_name=config.model,
-        tensor_parallel_size=parallel.tensor_parallel_size,
-        dtype=config.dtype,
-        device=config.device,
-        max_model_len=max_len,
-        block_size=config.block_size,
-        num_kv_blocks=config.num_kv_blocks_override,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        cpu_memory_bytes=config.cpu_memory_bytes,
-        max_num_seqs=config.max_num_seqs,
-        max_tokens_per_sequence=None if max_len is None else max_len + k + 1,
-        seed=config.seed,
-    )
-    target = ParallelTargetWorker(start_executor(rank_config, parallel))
-    info = target.info
-    drafts: list[DraftClient] = []
-    if spec is not None and draft_dir is not None:
-        device = resolve_device(config.device)
-        draft_model = load_model(draft_dir, config.dtype, device)
-        runner = runner_for(draft_model, info.num_blocks, config.block_size, device)
-        drafts.append(
-            DraftWorker(runner, DraftWorkerConfig(config.draft_top_n, config.seed), spec.model)
-        )
+        draft_config = DraftWorkerConfig(config.draft_top_n, config.seed)
+        size = spec.draft_tensor_parallel_size
+        if size > 1:
+            build_draft = partial(draft_rank_worker, draft_config)
+            draft_parallel = ParallelConfig(
+                size, config.distributed_executor_backend, config.ray_address
+            )
+            draft_ranks = ranks(draft_dir, spec.model, size, build_draft, info.num_blocks)
+            drafts.append(ParallelDraftWorker(start_executor(draft_ranks, draft_parallel)))
+        else:
+            device = resolve_device(config.device)
+            draft_model = load_model(draft_dir, config.dtype, device)
+            runner = runner_for(draft_model, info.num_blocks, config.block_size, device)
+            drafts.append(DraftWorker(runner, draft_config, spec.model))
     return Workers(
         tokenizer,
         [target],

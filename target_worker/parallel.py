@@ -1,42 +1,30 @@
-"""A tensor-parallel target worker: the same calls as TargetWorker, run on every
-rank of an executor, answered with rank 0's results. The gRPC service and the
+"""A tensor-parallel target worker: TargetWorker's calls, run on every rank of
+an executor, answered with rank 0's results. The gRPC service and the
 in-process engine use it wherever they would use a TargetWorker."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from protos.messages import VerifyOutput, VerifyRequest, WorkerInfo
-from target_worker.executors import RankExecutor
+from model_runtime.parallel import TensorParallelGroup
+from model_runtime.runner import ModelRunner
+from protos.local_worker import ExecutorWorker
+from protos.messages import VerifyOutput, VerifyRequest
+from target_worker.worker import TargetWorker, TargetWorkerConfig
 
 
-class ParallelTargetWorker:
-    def __init__(self, executor: RankExecutor):
-        self.executor = executor
-        self.info = self.describe()
+def target_rank_worker(
+    config: TargetWorkerConfig, runner: ModelRunner, tp: TensorParallelGroup, model_name: str
+) -> TargetWorker:
+    """What each rank builds over its shard (a RankConfig's build_worker, partially applied)."""
+    return TargetWorker(runner, config, model_name, tp)
 
-    @property
-    def vocab_size(self) -> int:
-        return self.info.vocab_size
 
-    @property
-    def num_free_blocks(self) -> int:
-        return self.describe().num_free_blocks
-
+class ParallelTargetWorker(ExecutorWorker):
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        return self.executor.run("prefill", list(requests))[0]
+        outputs: list[VerifyOutput] = self._call("prefill", list(requests))
+        return outputs
 
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        return self.executor.run("verify", list(requests))[0]
-
-    def release(self, seq_ids: Sequence[int]) -> int:
-        return self.executor.run("release", list(seq_ids))[0]
-
-    def describe(self) -> WorkerInfo:
-        return self.executor.run("describe")[0]
-
-    def probe(self, timeout_s: float) -> bool:
-        return self.executor.alive()
-
-    def close(self) -> None:
-        self.executor.shutdown()
+        outputs: list[VerifyOutput] = self._call("verify", list(requests))
+        return outputs

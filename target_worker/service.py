@@ -4,26 +4,21 @@ are reported)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TypeVar
 
 import grpc
 
-from model_runtime.config import ModelConfig
-from model_runtime.resolve import resolve_model
+from model_runtime.executors import ParallelConfig, start_executor
 from model_runtime.serving_config import WorkerServerConfig
 from protos import convert, target_worker_pb2_grpc
 from protos import target_worker_pb2 as tpb
-from protos.local_worker import WorkerServicer
+from protos.local_worker import WorkerServicer, serve_worker
 from protos.messages import VerifyOutput, VerifyRequest, WorkerUnavailableError
-from protos.serving import RunningServer, serve_until_signalled, start_server
-from target_worker.executors import ParallelConfig, start_executor
-from target_worker.parallel import ParallelTargetWorker
-from target_worker.rank import RankConfig
+from protos.serving import ServiceBinding
+from target_worker.parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
-
-logger = logging.getLogger(__name__)
 
 SERVICE_NAME = "specserve.v1.TargetWorker"
 M = TypeVar("M")
@@ -97,57 +92,17 @@ def build_worker(
     """The worker in this process, or its ranks started by an executor."""
     if not parallel.uses_executor:
         return TargetWorker(server.build_runner(), target, server.model)
-    folder = resolve_model(server.model)
-    ModelConfig.from_pretrained(folder).check_tensor_parallel(parallel.tensor_parallel_size)
-    config = RankConfig(
-        folder=str(folder),
-        model_name=server.model,
-        tensor_parallel_size=parallel.tensor_parallel_size,
-        dtype=server.dtype,
-        device=server.device,
-        max_model_len=server.max_model_len,
-        block_size=server.block_size,
-        num_kv_blocks=server.num_kv_blocks,
-        gpu_memory_utilization=server.gpu_memory_utilization,
-        cpu_memory_bytes=server.cpu_memory_bytes,
-        max_num_seqs=server.max_num_seqs,
-        seed=target.seed,
-    )
+    build = partial(target_rank_worker, target)
+    config = server.rank_config(parallel.tensor_parallel_size, build)
     return ParallelTargetWorker(start_executor(config, parallel))
 
 
-def serve(
-    server: WorkerServerConfig,
-    target: TargetWorkerConfig,
-    parallel: ParallelConfig,
-) -> None:
+def serve(server: WorkerServerConfig, target: TargetWorkerConfig, parallel: ParallelConfig) -> None:
     """Run a target worker until SIGTERM."""
     worker = build_worker(server, target, parallel)
-    if isinstance(worker, ParallelTargetWorker):
-        pids = ", ".join(map(str, worker.executor.pids))
-        size = parallel.tensor_parallel_size
-        print(f"{size} ranks ({parallel.backend}): pids {pids}", flush=True)
-    health: list[RunningServer] = []
 
-    def lost(reason: str) -> None:
-        logger.error("target worker failed, reporting NOT_SERVING: %s", reason)
-        for running in health:
-            running.set_serving(False)
+    def bind(lost: Callable[[str], None]) -> ServiceBinding:
+        servicer = TargetWorkerService(worker, lost)
+        return target_worker_pb2_grpc.add_TargetWorkerServicer_to_server, servicer, SERVICE_NAME
 
-    try:
-        running = start_server(
-            [
-                (
-                    target_worker_pb2_grpc.add_TargetWorkerServicer_to_server,
-                    TargetWorkerService(worker, lost),
-                    SERVICE_NAME,
-                )
-            ],
-            f"{server.host}:{server.port}",
-        )
-        health.append(running)
-        ready = f"target worker ready on {server.host}:{{port}}"
-        serve_until_signalled(running, server.grace_s, ready)
-    finally:
-        if isinstance(worker, ParallelTargetWorker):
-            worker.close()  # stops the ranks and frees their placement
+    serve_worker(worker, bind, f"{server.host}:{server.port}", server.grace_s, "target worker")

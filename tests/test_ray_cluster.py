@@ -86,7 +86,7 @@ def test_a_target_worker_joins_the_cluster_and_a_dead_rank_fails_it_cleanly(
 ) -> None:
     flags = ("--model", "specserve/demo-target", "--dtype", "float32", "-tp", "2")
     with service("target-worker", *flags, "--ray-address", cluster) as (target, process):
-        pids = re.search(r"2 ranks \(ray\): pids (\d+), (\d+)", "".join(process.output_tail))  # type: ignore[attr-defined]
+        pids = re.search(r"2 ranks: pids (\d+), (\d+)", "".join(process.output_tail))  # type: ignore[attr-defined]
         assert pids, "".join(process.output_tail)  # type: ignore[attr-defined]
         assert available_cpus(cluster) == NUM_CPUS - 2  # one bundle per rank
         with service("router", "--target-workers", target) as (router, _):

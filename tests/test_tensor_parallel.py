@@ -5,14 +5,17 @@ caches in step, and refuses a split its heads cannot take."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from model_runtime.executors import MpExecutor
+from model_runtime.rank import RankConfig
 from model_runtime.runner import ModelRunner, SequenceChunk
 from specserve import LLM, SamplingParams
-from target_worker.executors import MpExecutor
-from target_worker.rank import RankConfig
+from target_worker.parallel import target_rank_worker
+from target_worker.worker import TargetWorkerConfig
 from tests.conftest import ARCHITECTURES, random_tokens
 
 PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]
@@ -37,7 +40,8 @@ def test_two_ranks_compute_the_logits_of_one(
 ) -> None:
     folder = checkpoints[architecture]
     single = ModelRunner.from_pretrained(folder, num_blocks=16, dtype="float32")
-    config = RankConfig(str(folder), architecture, 2, dtype="float32", num_kv_blocks=16)
+    build = partial(target_rank_worker, TargetWorkerConfig())
+    config = RankConfig(str(folder), architecture, 2, build, dtype="float32", num_kv_blocks=16)
     executor = MpExecutor(config)
     try:
         for chunks in ragged_batches():
@@ -47,6 +51,13 @@ def test_two_ranks_compute_the_logits_of_one(
                 assert difference < 1e-4, f"rank {rank}: {difference}"
     finally:
         executor.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tp1_output() -> list[list[int]]:
+    whole = LLM("specserve/demo-target", speculative_config=SPEC, dtype="float32")
+    params = SamplingParams(temperature=0, max_tokens=24)
+    return [o.outputs[0].token_ids for o in whole.generate(PROMPTS, params, use_tqdm=False)]
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +73,35 @@ def tp2() -> Iterator[LLM]:
     llm.engine.workers.target.close()  # type: ignore[attr-defined]
 
 
-def test_greedy_speculation_with_a_tp2_target_equals_tp1(tp2: LLM) -> None:
+def test_greedy_speculation_with_a_tp2_target_equals_tp1(
+    tp2: LLM, tp1_output: list[list[int]]
+) -> None:
     params = SamplingParams(temperature=0, max_tokens=24)
     split = tp2.generate(PROMPTS, params, use_tqdm=False)
-    whole = LLM("specserve/demo-target", speculative_config=SPEC, dtype="float32")
-    expected = whole.generate(PROMPTS, params, use_tqdm=False)
-    assert [o.outputs[0].token_ids for o in split] == [o.outputs[0].token_ids for o in expected]
+    assert [o.outputs[0].token_ids for o in split] == tp1_output
     assert tp2.get_metrics()["num_accepted_tokens"] > 0  # the split target verified drafts
+
+
+def test_a_draft_split_over_two_ranks_drafts_as_one(tp1_output: list[list[int]]) -> None:
+    # The target drafts for itself: the bundled draft has a single kv head.
+    same = {"model": "specserve/demo-target", "num_speculative_tokens": 4}
+    spec = {**same, "draft_tensor_parallel_size": 2}
+    llm = LLM(
+        "specserve/demo-target",
+        speculative_config=spec,
+        distributed_executor_backend="mp",
+        dtype="float32",
+    )
+    try:
+        params = SamplingParams(temperature=0, max_tokens=24)
+        outputs = llm.generate(PROMPTS, params, use_tqdm=False)
+        assert [o.outputs[0].token_ids for o in outputs] == tp1_output
+        whole = LLM("specserve/demo-target", speculative_config=same, dtype="float32")
+        whole.generate(PROMPTS, params, use_tqdm=False)
+        assert llm.get_metrics() == whole.get_metrics()  # the same drafts were accepted
+    finally:
+        for worker in (llm.engine.workers.target, *llm.engine.workers.drafts):
+            worker.close()  # type: ignore[attr-defined]
 
 
 def test_every_ranks_kv_cache_is_free_after_the_requests(tp2: LLM) -> None:

@@ -1,32 +1,38 @@
-"""One rank of a tensor-parallel target worker: its shard of the model and of
-the KV cache, and a TargetWorker over them. Every rank runs every call; rank 0
-samples, and its results are the worker's."""
+"""One rank of a tensor-parallel worker: it joins the group, loads its shard of
+the model and of the KV cache, and builds the worker over them with the
+factory its worker package names (a target or a draft worker). Every rank runs
+every call on the same inputs; rank 0's answers are the worker's."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.loader import load_model
-from model_runtime.parallel import join_group
+from model_runtime.parallel import TensorParallelGroup, join_group
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sizing import num_kv_blocks
-from protos.messages import VerifyOutput, VerifyRequest, WorkerInfo
-from target_worker.worker import TargetWorker, TargetWorkerConfig
+
+# (runner, group, model name) -> the worker over them. A module-level function
+# (or a functools.partial of one), so that it pickles by name to spawned
+# processes and Ray actors.
+WorkerFactory = Callable[[ModelRunner, TensorParallelGroup, str], Any]
 
 
 @dataclass(frozen=True)
 class RankConfig:
-    """What every rank of one tensor-parallel target is built from."""
+    """What every rank of one tensor-parallel worker is built from."""
 
     folder: str  # the resolved checkpoint folder
     model_name: str  # as the user named it (reported by describe)
     tensor_parallel_size: int
+    build_worker: WorkerFactory
     dtype: str = "auto"
     device: str = "auto"  # auto: one GPU per rank when CUDA is there, else the CPU
     max_model_len: int | None = None
@@ -36,7 +42,6 @@ class RankConfig:
     cpu_memory_bytes: int = 4 << 30  # for all ranks together, on CPUs
     max_num_seqs: int = 256
     max_tokens_per_sequence: int | None = None  # sizes the cache; default max_model_len
-    seed: int = 0
     collective_timeout_s: float = 60.0
 
 
@@ -48,7 +53,7 @@ def rendezvous_address(host: str) -> str:
     return f"tcp://{host}:{port}"
 
 
-class TargetRank:
+class Rank:
     def __init__(self, config: RankConfig, rank: int, init_method: str, gpu_index: int = 0):
         size = config.tensor_parallel_size
         if config.device == "auto":
@@ -59,7 +64,6 @@ class TargetRank:
             torch.cuda.set_device(device)
         else:  # ranks of one CPU share its cores
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-        self.rank = rank
         tp = join_group(rank, size, init_method, config.collective_timeout_s)
         model = load_model(config.folder, config.dtype, device, tp, config.max_model_len)
         max_len = config.max_model_len or model.config.max_position_embeddings
@@ -82,25 +86,15 @@ class TargetRank:
             model.lm_head.weight.dtype,
             device,
         )
-        self.worker = TargetWorker(
-            ModelRunner(model, cache, max_len),
-            TargetWorkerConfig(seed=config.seed),
-            config.model_name,
-            tp,
-        )
+        self.runner = ModelRunner(model, cache, max_len)
+        self.worker = config.build_worker(self.runner, tp, config.model_name)
 
-    def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        return self.worker.prefill(requests)
-
-    def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        return self.worker.verify(requests)
-
-    def release(self, seq_ids: Sequence[int]) -> int:
-        return self.worker.release(seq_ids)
-
-    def describe(self) -> WorkerInfo:
-        return self.worker.describe()
+    def run(self, method: str, *args: Any) -> Any:
+        """The worker's ``method`` (prefill, verify, propose, release, describe),
+        or ``forward``: the runner's logits for a batch, on the CPU (for tests)."""
+        if method == "forward":
+            return self.forward(*args)
+        return getattr(self.worker, method)(*args)
 
     def forward(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
-        """The runner's logits for a batch (tests compare them), on the CPU."""
-        return self.worker.runner.forward(chunks).cpu()
+        return self.runner.forward(chunks).cpu()

@@ -1,6 +1,6 @@
-"""Where the ranks of a tensor-parallel target run, and how calls reach them.
+"""Where the ranks of a tensor-parallel worker run, and how calls reach them.
 
-An executor starts ``tensor_parallel_size`` ranks (``target_worker.rank``),
+An executor starts ``tensor_parallel_size`` ranks (``model_runtime.rank``),
 runs each call on every rank and returns their results in rank order. Two
 kinds, as vLLM names them (``--distributed-executor-backend``):
 
@@ -25,18 +25,18 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from protos.messages import WorkerUnavailableError
-from target_worker.rank import RankConfig, TargetRank, rendezvous_address
+from model_runtime.errors import WorkerUnavailableError
+from model_runtime.rank import Rank, RankConfig, rendezvous_address
 
 BACKENDS = ("mp", "ray")
 
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """How a target is split over ranks, and where the ranks run."""
+    """How a model is split over ranks, and where the ranks run."""
 
     tensor_parallel_size: int = field(
-        default=1, metadata={"help": "ranks (GPUs) the target is split over", "aliases": ["-tp"]}
+        default=1, metadata={"help": "ranks (GPUs) the model is split over", "aliases": ["-tp"]}
     )
     distributed_executor_backend: str | None = field(
         default=None,
@@ -65,7 +65,7 @@ class ParallelConfig:
 
     @property
     def uses_executor(self) -> bool:
-        """Whether the target runs as ranks of an executor (else in this process)."""
+        """Whether the model runs as ranks of an executor (else in this process)."""
         return (
             self.tensor_parallel_size > 1
             or self.distributed_executor_backend is not None
@@ -87,7 +87,7 @@ class RankExecutor(Protocol):
     pids: list[int]  # each rank's process id, in rank order
 
     def run(self, method: str, *args: Any) -> list[Any]:
-        """``TargetRank.method(*args)`` on every rank; their results in rank order."""
+        """``Rank.run(method, *args)`` on every rank; their results in rank order."""
 
     def alive(self) -> bool: ...
 
@@ -97,7 +97,7 @@ class RankExecutor(Protocol):
 def _serve_rank(conn: Connection, config: RankConfig, rank: int, init_method: str) -> None:
     """A rank process: build the rank, then answer calls until the pipe closes."""
     try:
-        target = TargetRank(config, rank, init_method, gpu_index=rank)
+        target = Rank(config, rank, init_method, gpu_index=rank)
     except BaseException as e:  # reported to the parent, which raises it
         conn.send(("error", e))
         return
@@ -111,7 +111,7 @@ def _serve_rank(conn: Connection, config: RankConfig, rank: int, init_method: st
             return
         method, args = message
         try:
-            conn.send(("ok", getattr(target, method)(*args)))
+            conn.send(("ok", target.run(method, *args)))
         except Exception as e:
             conn.send(("error", e))
 
@@ -194,7 +194,7 @@ class _RayRank:
     """The body of one rank's Ray actor."""
 
     def __init__(self) -> None:
-        self.target: TargetRank | None = None
+        self.target: Rank | None = None
 
     def rendezvous(self) -> str:
         import ray
@@ -204,12 +204,12 @@ class _RayRank:
     def start(self, config: RankConfig, rank: int, init_method: str) -> int:
         import os
 
-        self.target = TargetRank(config, rank, init_method, gpu_index=0)  # Ray sets the GPU
+        self.target = Rank(config, rank, init_method, gpu_index=0)  # Ray sets the GPU
         return os.getpid()
 
     def run(self, method: str, *args: Any) -> Any:
         assert self.target is not None
-        return getattr(self.target, method)(*args)
+        return self.target.run(method, *args)
 
 
 class RayExecutor:
@@ -307,7 +307,7 @@ def _wants_gpu(device: str, resources: dict[str, float]) -> bool:
 
 
 def start_executor(config: RankConfig, parallel: ParallelConfig) -> RankExecutor:
-    """Start the ranks of one tensor-parallel target where ``parallel`` says."""
+    """Start the ranks of one tensor-parallel worker where ``parallel`` says."""
     if parallel.backend == "mp":
         return MpExecutor(config)
     return RayExecutor(config, parallel.ray_address, parallel.placement_timeout_s)
