@@ -25,7 +25,15 @@ PROMPT = "def fibonacci(n):"
 @pytest.fixture(scope="module")
 def disaggregated() -> Iterator[tuple[str, str]]:
     """(gateway URL, router address) of the bundled pair served as four processes."""
-    flags = ("--host", "127.0.0.1", "--dtype", "float32", "--disaggregated")
+    flags = (
+        "--host",
+        "127.0.0.1",
+        "--dtype",
+        "float32",
+        "--max_model_len",
+        "512",
+        "--disaggregated",
+    )
     with service("serve", *flags) as (address, process):
         lines = "".join(process.output_tail)  # type: ignore[attr-defined]
         match = re.search(r"router on (\S+:\d+), target worker on \S+, draft worker on", lines)
@@ -50,7 +58,7 @@ def test_output_and_logprobs_equal_the_in_process_engine(disaggregated: tuple[st
         model="specserve/demo-target", prompt=PROMPT, max_tokens=20, temperature=0, logprobs=2
     )
     spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 5}
-    llm = LLM("specserve/demo-target", speculative_config=spec, dtype="float32")
+    llm = LLM("specserve/demo-target", speculative_config=spec, dtype="float32", max_model_len=512)
     params = SamplingParams(temperature=0, max_tokens=20, logprobs=2)
     (expected,) = llm.generate([PROMPT], params, use_tqdm=False)
     completion = expected.outputs[0]

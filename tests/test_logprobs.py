@@ -19,7 +19,7 @@ NUM_TOP = 3
 @pytest.fixture(scope="module")
 def speculative() -> LLM:
     spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 4}
-    return LLM("specserve/demo-target", speculative_config=spec, dtype="float32")
+    return LLM("specserve/demo-target", speculative_config=spec, dtype="float32", max_model_len=512)
 
 
 def reference_logprobs(output: RequestOutput) -> torch.Tensor:

@@ -84,13 +84,22 @@ def health(address: str) -> int:
 def test_a_target_worker_joins_the_cluster_and_a_dead_rank_fails_it_cleanly(
     cluster: str,
 ) -> None:
-    flags = ("--model", "specserve/demo-target", "--dtype", "float32", "-tp", "2")
+    flags = (
+        "--model",
+        "specserve/demo-target",
+        "--dtype",
+        "float32",
+        "-tp",
+        "2",
+        "--max-model-len",
+        "512",
+    )
     with service("target-worker", *flags, "--ray-address", cluster) as (target, process):
         pids = re.search(r"2 ranks: pids (\d+), (\d+)", "".join(process.output_tail))  # type: ignore[attr-defined]
         assert pids, "".join(process.output_tail)  # type: ignore[attr-defined]
         assert available_cpus(cluster) == NUM_CPUS - 2  # one bundle per rank
         with service("router", "--target-workers", target) as (router, _):
-            expected = LLM("specserve/demo-target", dtype="float32").generate(
+            expected = LLM("specserve/demo-target", dtype="float32", max_model_len=512).generate(
                 [PROMPT], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False
             )
             assert generate(router) == expected[0].outputs[0].token_ids
@@ -108,7 +117,16 @@ def test_a_target_worker_joins_the_cluster_and_a_dead_rank_fails_it_cleanly(
 
 def test_serve_with_two_ranks_on_ray_gives_the_single_rank_output(cluster: str) -> None:
     spec = json.dumps({"model": "specserve/demo-draft", "num_speculative_tokens": 4})
-    flags = ("--host", "127.0.0.1", "--dtype", "float32", "--speculative_config", spec)
+    flags = (
+        "--host",
+        "127.0.0.1",
+        "--dtype",
+        "float32",
+        "--max_model_len",
+        "512",
+        "--speculative_config",
+        spec,
+    )
     with service(
         "serve", "specserve/demo-target", *flags, "-tp", "2", "--ray-address", cluster
     ) as (
@@ -119,7 +137,9 @@ def test_serve_with_two_ranks_on_ray_gives_the_single_rank_output(cluster: str) 
             model="specserve/demo-target", prompt=PROMPT, max_tokens=24, temperature=0
         )
     speculative = {"model": "specserve/demo-draft", "num_speculative_tokens": 4}
-    expected = LLM("specserve/demo-target", speculative_config=speculative, dtype="float32")
+    expected = LLM(
+        "specserve/demo-target", speculative_config=speculative, dtype="float32", max_model_len=512
+    )
     (output,) = expected.generate(
         [PROMPT], SamplingParams(temperature=0, max_tokens=24), use_tqdm=False
     )

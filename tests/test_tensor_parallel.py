@@ -39,7 +39,7 @@ def test_two_ranks_compute_the_logits_of_one(
     checkpoints: dict[str, Path], architecture: str
 ) -> None:
     folder = checkpoints[architecture]
-    single = ModelRunner.from_pretrained(folder, num_blocks=16, dtype="float32")
+    single = ModelRunner.from_pretrained(folder, num_blocks=16, dtype="float32", max_model_len=512)
     build = partial(target_rank_worker, TargetWorkerConfig())
     config = RankConfig(str(folder), architecture, 2, build, dtype="float32", num_kv_blocks=16)
     executor = MpExecutor(config)
@@ -55,7 +55,9 @@ def test_two_ranks_compute_the_logits_of_one(
 
 @pytest.fixture(scope="module")
 def tp1_output() -> list[list[int]]:
-    whole = LLM("specserve/demo-target", speculative_config=SPEC, dtype="float32")
+    whole = LLM(
+        "specserve/demo-target", speculative_config=SPEC, dtype="float32", max_model_len=512
+    )
     params = SamplingParams(temperature=0, max_tokens=24)
     return [o.outputs[0].token_ids for o in whole.generate(PROMPTS, params, use_tqdm=False)]
 
@@ -68,6 +70,7 @@ def tp2() -> Iterator[LLM]:
         distributed_executor_backend="mp",
         speculative_config=SPEC,
         dtype="float32",
+        max_model_len=512,
     )
     yield llm
     llm.engine.workers.target.close()  # type: ignore[attr-defined]
@@ -91,12 +94,15 @@ def test_a_draft_split_over_two_ranks_drafts_as_one(tp1_output: list[list[int]])
         speculative_config=spec,
         distributed_executor_backend="mp",
         dtype="float32",
+        max_model_len=512,
     )
     try:
         params = SamplingParams(temperature=0, max_tokens=24)
         outputs = llm.generate(PROMPTS, params, use_tqdm=False)
         assert [o.outputs[0].token_ids for o in outputs] == tp1_output
-        whole = LLM("specserve/demo-target", speculative_config=same, dtype="float32")
+        whole = LLM(
+            "specserve/demo-target", speculative_config=same, dtype="float32", max_model_len=512
+        )
         whole.generate(PROMPTS, params, use_tqdm=False)
         assert llm.get_metrics() == whole.get_metrics()  # the same drafts were accepted
     finally:
