@@ -16,6 +16,7 @@ import torch
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.loader import load_model
 from model_runtime.parallel import TensorParallelGroup, join_group
+from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sizing import num_kv_blocks
 
@@ -29,10 +30,10 @@ WorkerFactory = Callable[[ModelRunner, TensorParallelGroup, str], Any]
 class RankConfig:
     """What every rank of one tensor-parallel worker is built from."""
 
-    folder: str  # the resolved checkpoint folder
-    model_name: str  # as the user named it (reported by describe)
+    model: str  # a folder, bundled name or hub id: each rank resolves it on its own node
     tensor_parallel_size: int
     build_worker: WorkerFactory
+    revision: str | None = None
     dtype: str = "auto"
     device: str = "auto"  # auto: one GPU per rank when CUDA is there, else the CPU
     max_model_len: int | None = None
@@ -65,7 +66,8 @@ class Rank:
         else:  # ranks of one CPU share its cores
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
         tp = join_group(rank, size, init_method, config.collective_timeout_s)
-        model = load_model(config.folder, config.dtype, device, tp, config.max_model_len)
+        folder = resolve_model(config.model, config.revision)
+        model = load_model(folder, config.dtype, device, tp, config.max_model_len)
         max_len = config.max_model_len or model.config.max_position_embeddings
         blocks = config.num_kv_blocks or num_kv_blocks(
             [model],
@@ -87,7 +89,7 @@ class Rank:
             device,
         )
         self.runner = ModelRunner(model, cache, max_len)
-        self.worker = config.build_worker(self.runner, tp, config.model_name)
+        self.worker = config.build_worker(self.runner, tp, config.model)
 
     def run(self, method: str, *args: Any) -> Any:
         """The worker's ``method`` (prefill, verify, propose, release, describe),

@@ -68,8 +68,7 @@ class WorkerServerConfig:
         folder = resolve_model(self.model)
         ModelConfig.from_pretrained(folder).check_tensor_parallel(tensor_parallel_size)
         return RankConfig(
-            folder=str(folder),
-            model_name=self.model,
+            model=self.model,
             tensor_parallel_size=tensor_parallel_size,
             build_worker=build_worker,
             dtype=self.dtype,

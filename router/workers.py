@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -132,12 +131,12 @@ def _build_parallel_workers(config: EngineConfig) -> Workers:
     max_len = min(requested) if requested else None
 
     def ranks(
-        folder: Path, name: str, size: int, build: WorkerFactory, blocks: int | None
+        name: str, revision: str | None, size: int, build: WorkerFactory, blocks: int | None
     ) -> RankConfig:
-        ModelConfig.from_pretrained(folder).check_tensor_parallel(size)
+        ModelConfig.from_pretrained(resolve_model(name, revision)).check_tensor_parallel(size)
         return RankConfig(
-            folder=str(folder),
-            model_name=name,
+            model=name,
+            revision=revision,
             tensor_parallel_size=size,
             build_worker=build,
             dtype=config.dtype,
@@ -153,8 +152,8 @@ def _build_parallel_workers(config: EngineConfig) -> Workers:
 
     build_target = partial(target_rank_worker, TargetWorkerConfig(seed=config.seed))
     target_ranks = ranks(
-        target_dir,
         config.model,
+        None,
         parallel.tensor_parallel_size,
         build_target,
         config.num_kv_blocks_override,
@@ -172,7 +171,7 @@ def _build_parallel_workers(config: EngineConfig) -> Workers:
             draft_parallel = ParallelConfig(
                 size, config.distributed_executor_backend, config.ray_address
             )
-            draft_ranks = ranks(draft_dir, spec.model, size, build_draft, info.num_blocks)
+            draft_ranks = ranks(spec.model, spec.revision, size, build_draft, info.num_blocks)
             drafts.append(ParallelDraftWorker(start_executor(draft_ranks, draft_parallel)))
         else:
             device = resolve_device(config.device)

@@ -41,7 +41,7 @@ def test_two_ranks_compute_the_logits_of_one(
     folder = checkpoints[architecture]
     single = ModelRunner.from_pretrained(folder, num_blocks=16, dtype="float32", max_model_len=512)
     build = partial(target_rank_worker, TargetWorkerConfig())
-    config = RankConfig(str(folder), architecture, 2, build, dtype="float32", num_kv_blocks=16)
+    config = RankConfig(str(folder), 2, build, dtype="float32", num_kv_blocks=16)
     executor = MpExecutor(config)
     try:
         for chunks in ragged_batches():
