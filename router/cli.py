@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from draft_worker.worker import DraftWorkerConfig
@@ -114,6 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Long-running services log what they do (statistics, lost workers) to stderr.
 SERVICES = ("serve", "router", "draft-worker", "target-worker")
+
+
+def run_command(argv: list[str] | None = None) -> None:
+    """The console script: run ``main``; a service then exits at once once it has
+    drained, without waiting on threads still parked in cancelled streams."""
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in SERVICES:
+        logging.shutdown()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,3 @@
-import sys
+from router.cli import run_command
 
-from router.cli import main
-
-sys.exit(main())
+run_command()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sys
+from router.cli import main, run_command
 
-from router.cli import main
+__all__ = ["main", "run_command"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command()

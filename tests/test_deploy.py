@@ -8,9 +8,12 @@ as README does and run as a non-root user with a health check."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +189,34 @@ def test_the_images_install_the_package_and_run_as_a_user_with_a_health_check(na
     assert users and users[-1] not in ("root", "0")
     assert "HEALTHCHECK" in commands and "/health" in commands["HEALTHCHECK"]
     assert json.loads(commands["ENTRYPOINT"]) == ["specserve"]
+
+
+def test_the_rendered_cpu_deployment_runs_on_one_machine_and_serves_the_seeds_client() -> None:
+    from tests.test_openai_server import run_the_seeds_client_code
+
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(DEPLOY / "run_local.py"),
+            str(DEPLOY / "kubernetes/overlays/cpu-demo"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(DEPLOY.parent)},
+    )
+    try:
+        assert process.stdout is not None
+        seen = []
+        for line in process.stdout:
+            seen.append(line)
+            if match := re.search(r"local deployment ready: gateway on (\S+)", line):
+                break
+        else:
+            raise AssertionError("".join(seen))
+        threading.Thread(target=process.stdout.read, daemon=True).start()  # keep it draining
+        run_the_seeds_client_code(f"http://{match.group(1)}", stream=False)
+        run_the_seeds_client_code(f"http://{match.group(1)}", stream=True)
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
