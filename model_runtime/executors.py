@@ -87,7 +87,8 @@ class RankExecutor(Protocol):
     pids: list[int]  # each rank's process id, in rank order
 
     def run(self, method: str, *args: Any) -> list[Any]:
-        """``Rank.run(method, *args)`` on every rank; their results in rank order."""
+        """``Rank.run(method, *args)`` on every rank: (result, free KV blocks) of each,
+        in rank order."""
 
     def alive(self) -> bool: ...
 

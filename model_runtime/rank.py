@@ -91,12 +91,15 @@ class Rank:
         self.runner = ModelRunner(model, cache, max_len)
         self.worker = config.build_worker(self.runner, tp, config.model)
 
-    def run(self, method: str, *args: Any) -> Any:
+    def run(self, method: str, *args: Any) -> tuple[Any, int]:
         """The worker's ``method`` (prefill, verify, propose, release, describe),
-        or ``forward``: the runner's logits for a batch, on the CPU (for tests)."""
+        or ``forward``: the runner's logits for a batch, on the CPU (for tests);
+        with the KV blocks free after it, so callers need no second round trip."""
         if method == "forward":
-            return self.forward(*args)
-        return getattr(self.worker, method)(*args)
+            result = self.forward(*args)
+        else:
+            result = getattr(self.worker, method)(*args)
+        return result, self.runner.kv_cache.num_free_blocks
 
     def forward(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
         return self.runner.forward(chunks).cpu()

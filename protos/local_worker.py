@@ -108,10 +108,12 @@ class ExecutorWorker:
 
     def __init__(self, executor: RankExecutor):
         self.executor = executor
+        self._free_blocks = 0
         self.info: WorkerInfo = self.describe()
 
     def _call(self, method: str, *args: Any) -> Any:
-        return self.executor.run(method, *args)[0]
+        result, self._free_blocks = self.executor.run(method, *args)[0]
+        return result
 
     @property
     def vocab_size(self) -> int:
@@ -119,7 +121,8 @@ class ExecutorWorker:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.describe().num_free_blocks
+        """As of the last call (every call reports it): asked once per round."""
+        return self._free_blocks
 
     def release(self, seq_ids: Sequence[int]) -> int:
         return int(self._call("release", list(seq_ids)))

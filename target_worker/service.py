@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -21,69 +21,61 @@ from target_worker.parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 
 SERVICE_NAME = "specserve.v1.TargetWorker"
-M = TypeVar("M")
+R = TypeVar("R")
 
 
 class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerServicer):
     worker: TargetWorker | ParallelTargetWorker
 
-    def _run(
+    def _batches(
         self,
+        batches: Iterator[Any],
         context: grpc.ServicerContext,
+        request_from_proto: Callable[[Any], VerifyRequest],
         call: Callable[[list[VerifyRequest]], list[VerifyOutput]],
-        requests: list[VerifyRequest],
-    ) -> tuple[list[VerifyOutput], int]:
-        """One batch through the worker; the outputs and the free blocks after it."""
-        with self.lock:
+        output_to_proto: Callable[[VerifyOutput], Any],
+        result: Callable[..., R],
+    ) -> Iterator[R]:
+        """One result per batch: convert, run under the lock, convert back."""
+        for batch in batches:
             try:
-                return call(requests), self.worker.num_free_blocks
-            except WorkerUnavailableError as e:
-                self.unavailable(context, e)
-                raise
-
-    def _requests(
-        self,
-        context: grpc.ServicerContext,
-        convert_one: Callable[[M], VerifyRequest],
-        messages: list[M],
-    ) -> list[VerifyRequest]:
-        try:
-            return [convert_one(m) for m in messages]
-        except ValueError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            raise  # abort raises; this keeps the type checker informed
+                requests = [request_from_proto(m) for m in batch.sequences]
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            with self.lock:
+                try:
+                    outputs, free = call(requests), self.worker.num_free_blocks
+                except WorkerUnavailableError as e:
+                    self.unavailable(context, e)
+            yield result(
+                batch_id=batch.batch_id,
+                outputs=[output_to_proto(o) for o in outputs],
+                num_free_blocks=free,
+            )
 
     def Prefill(
         self, request_iterator: Iterator[tpb.PrefillBatch], context: grpc.ServicerContext
     ) -> Iterator[tpb.PrefillResult]:
-        for batch in request_iterator:
-            requests = self._requests(
-                context,
-                convert.prefill_request_from_proto,
-                list(batch.sequences),
-            )
-            outputs, free = self._run(context, self.worker.prefill, requests)
-            yield tpb.PrefillResult(
-                batch_id=batch.batch_id,
-                outputs=[convert.prefill_output_to_proto(o) for o in outputs],
-                num_free_blocks=free,
-            )
+        return self._batches(
+            request_iterator,
+            context,
+            convert.prefill_request_from_proto,
+            self.worker.prefill,
+            convert.prefill_output_to_proto,
+            tpb.PrefillResult,
+        )
 
     def Verify(
         self, request_iterator: Iterator[tpb.VerifyBatch], context: grpc.ServicerContext
     ) -> Iterator[tpb.VerifyResult]:
-        for batch in request_iterator:
-            requests = self._requests(
-                context,
-                convert.verify_request_from_proto,
-                list(batch.sequences),
-            )
-            outputs, free = self._run(context, self.worker.verify, requests)
-            yield tpb.VerifyResult(
-                batch_id=batch.batch_id,
-                outputs=[convert.verify_output_to_proto(o) for o in outputs],
-                num_free_blocks=free,
-            )
+        return self._batches(
+            request_iterator,
+            context,
+            convert.verify_request_from_proto,
+            self.worker.verify,
+            convert.verify_output_to_proto,
+            tpb.VerifyResult,
+        )
 
 
 def build_worker(

@@ -46,7 +46,7 @@ def test_two_ranks_compute_the_logits_of_one(
     try:
         for chunks in ragged_batches():
             expected = single.forward(chunks)
-            for rank, logits in enumerate(executor.run("forward", chunks)):
+            for rank, (logits, _) in enumerate(executor.run("forward", chunks)):
                 difference = (logits - expected).abs().max().item()
                 assert difference < 1e-4, f"rank {rank}: {difference}"
     finally:
@@ -112,7 +112,8 @@ def test_a_draft_split_over_two_ranks_drafts_as_one(tp1_output: list[list[int]])
 
 def test_every_ranks_kv_cache_is_free_after_the_requests(tp2: LLM) -> None:
     tp2.generate(PROMPTS, SamplingParams(temperature=0.8, seed=3, max_tokens=16), use_tqdm=False)
-    infos = tp2.engine.workers.target.executor.run("describe")  # type: ignore[attr-defined]
+    ranks = tp2.engine.workers.target.executor.run("describe")  # type: ignore[attr-defined]
+    infos = [info for info, _ in ranks]
     assert [i.num_free_blocks for i in infos] == [i.num_blocks for i in infos]
 
 
