@@ -81,22 +81,27 @@ def test_metrics_come_from_the_router(disaggregated: tuple[str, str]) -> None:
     assert after["specserve_speculation_active"] == 1.0
 
 
-def test_a_client_that_goes_away_frees_its_kv(disaggregated: tuple[str, str]) -> None:
+def test_a_client_that_goes_away_stops_its_request_and_frees_its_kv(
+    disaggregated: tuple[str, str],
+) -> None:
     base, router = disaggregated
+    rounds_before = describe(router).num_drafts
+    max_tokens = 480  # at most k + 1 = 6 tokens a round: at least 80 rounds to finish
     stream = client(base).completions.create(
         model="specserve/demo-target",
         prompt=PROMPT,
-        max_tokens=1000,
+        max_tokens=max_tokens,
         temperature=0,
         stream=True,
         extra_body={"ignore_eos": True},
     )
     next(iter(stream))
     stream.close()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while (info := describe(router)).kv_cache_usage and time.monotonic() < deadline:
         time.sleep(0.05)
     assert info.num_running == 0 and info.kv_cache_usage == 0.0
+    assert info.num_drafts - rounds_before < max_tokens // 6  # stopped, not finished
 
 
 def test_a_gateway_in_front_of_a_running_router(disaggregated: tuple[str, str]) -> None:
