@@ -29,6 +29,8 @@ import yaml
 
 from router.launch import ServiceProcess, free_port
 
+DNS = "dns:///"
+
 # Which command each Service fronts, and the order they start in.
 ORDER = ["draft-worker", "target-worker", "router", "serve"]
 
@@ -87,8 +89,9 @@ def localise(args: list[str], ports: dict[str, int], dialled: dict[str, str]) ->
             a = "127.0.0.1"
         elif previous == "--metrics-port":
             a = str(free_port())
-        elif a in dialled:
-            a = f"127.0.0.1:{ports[dialled[a]]}"
+        elif a.removeprefix(DNS) in dialled:  # dns:///NAME:PORT stays a name to look up
+            scheme = DNS if a.startswith(DNS) else ""
+            a = f"{scheme}127.0.0.1:{ports[dialled[a.removeprefix(DNS)]]}"
         out.append(a)
     return out
 

@@ -77,16 +77,16 @@ class _BatchStream:
 
     def call(self, message: object) -> object:
         with self._lock:  # one batch in flight per stream
-            if self._outbox is None or self._results is None:
-                self._outbox = queue.Queue()
-                self._results = self._start_call(iter(self._outbox.get, None))
-            self._outbox.put(message)
             try:
+                if self._outbox is None or self._results is None:
+                    self._outbox = queue.Queue()
+                    self._results = self._start_call(iter(self._outbox.get, None))
+                self._outbox.put(message)
                 return next(self._results)
-            except (grpc.RpcError, StopIteration) as e:
+            except (grpc.RpcError, StopIteration, ValueError) as e:
+                # ValueError: the channel was closed (the worker left the pool).
                 self.close()
-                code = e.code() if isinstance(e, grpc.RpcError) else "stream ended"
-                raise WorkerUnavailableError(f"worker {self._address}: {code}") from e
+                raise WorkerUnavailableError(f"worker {self._address}: {_reason(e)}") from e
 
     def close(self) -> None:
         if self._outbox is not None:
@@ -94,36 +94,62 @@ class _BatchStream:
         self._outbox = self._results = None
 
 
+def _reason(e: Exception) -> object:
+    if isinstance(e, grpc.RpcError):
+        return e.code()
+    return "stream ended" if isinstance(e, StopIteration) else e
+
+
 class _GrpcWorker:
+    """What both kinds of worker client share: a channel, Describe and Release."""
+
+    stub_class: type[DraftWorkerStub] | type[TargetWorkerStub]
     stub: DraftWorkerStub | TargetWorkerStub
     info: WorkerInfo  # as last described
 
-    def __init__(self, address: str, timeout_s: float):
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 60.0,
+        connect_timeout_s: float | None = None,
+        wait_for_ready: bool = True,
+    ):
+        """Connect to the worker at ``address``, waiting up to ``connect_timeout_s``
+        (default ``timeout_s``) for it to answer; without ``wait_for_ready``, an
+        address that refuses the connection fails at once."""
         self.address = address
         self.timeout_s = timeout_s
         self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = self.stub_class(self.channel)
         self._batch_ids = itertools.count()
         self._free_blocks = 0
-
-    def _describe(
-        self,
-        stub: DraftWorkerStub | TargetWorkerStub,
-        wait_for_ready: bool = False,
-        timeout_s: float | None = None,
-    ) -> WorkerInfo:
         try:
-            m = stub.Describe(
+            self.info = self._describe(wait_for_ready, connect_timeout_s)
+        except WorkerUnavailableError:
+            self.channel.close()
+            raise
+        self._open_streams()
+
+    def _open_streams(self) -> None:
+        """Set up the worker's batch streams (opened on first use)."""
+
+    def _describe(self, wait_for_ready: bool = False, timeout_s: float | None = None) -> WorkerInfo:
+        try:
+            m = self.stub.Describe(
                 pb.DescribeRequest(),
                 timeout=timeout_s or self.timeout_s,
                 wait_for_ready=wait_for_ready,
             )
-        except grpc.RpcError as e:
-            raise WorkerUnavailableError(f"worker {self.address}: {e.code()}") from e
+        except (grpc.RpcError, ValueError) as e:
+            raise WorkerUnavailableError(f"worker {self.address}: {_reason(e)}") from e
         info = WorkerInfo(
             m.model, m.vocab_size, m.max_model_len, m.block_size, m.num_blocks, m.num_free_blocks
         )
         self.info, self._free_blocks = info, info.num_free_blocks
         return info
+
+    def describe(self) -> WorkerInfo:
+        return self._describe()
 
     @property
     def num_free_blocks(self) -> int:
@@ -132,30 +158,29 @@ class _GrpcWorker:
     def probe(self, timeout_s: float) -> bool:
         """Whether the worker answers within ``timeout_s`` (waiting for a reconnect)."""
         try:
-            self._describe(self.stub, wait_for_ready=True, timeout_s=timeout_s)
+            self._describe(wait_for_ready=True, timeout_s=timeout_s)
         except WorkerUnavailableError:
             return False
         return True
 
-    def _release(self, stub: DraftWorkerStub | TargetWorkerStub, seq_ids: Sequence[int]) -> int:
+    def release(self, seq_ids: Sequence[int]) -> int:
         """Best effort: a worker that is gone has nothing left to free."""
         try:
-            reply = stub.Release(pb.ReleaseRequest(seq_ids=list(seq_ids)), timeout=self.timeout_s)
-        except grpc.RpcError as e:
-            logger.warning("release on %s failed: %s", self.address, e.code())
+            reply = self.stub.Release(
+                pb.ReleaseRequest(seq_ids=list(seq_ids)), timeout=self.timeout_s
+            )
+        except (grpc.RpcError, ValueError) as e:
+            logger.warning("release on %s failed: %s", self.address, _reason(e))
             return 0
         return int(reply.num_released)
 
 
 class GrpcDraftClient(_GrpcWorker):
-    def __init__(self, address: str, timeout_s: float = 60.0):
-        super().__init__(address, timeout_s)
-        self.stub = DraftWorkerStub(self.channel)
-        self.info = self._describe(self.stub, wait_for_ready=True)
-        self._propose = _BatchStream(self.stub.Propose, address)
+    stub_class = DraftWorkerStub
+    stub: DraftWorkerStub
 
-    def describe(self) -> WorkerInfo:
-        return self._describe(self.stub)
+    def _open_streams(self) -> None:
+        self._propose = _BatchStream(self.stub.Propose, self.address)
 
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
@@ -164,28 +189,22 @@ class GrpcDraftClient(_GrpcWorker):
         self._free_blocks = result.num_free_blocks
         return [convert.proposal_from_proto(p) for p in result.proposals]
 
-    def release(self, seq_ids: Sequence[int]) -> int:
-        return self._release(self.stub, seq_ids)
-
     def close(self) -> None:
         self._propose.close()
         self.channel.close()
 
 
 class GrpcTargetClient(_GrpcWorker):
-    def __init__(self, address: str, timeout_s: float = 60.0):
-        super().__init__(address, timeout_s)
-        self.stub = TargetWorkerStub(self.channel)
-        self.info = self._describe(self.stub, wait_for_ready=True)
-        self._prefill = _BatchStream(self.stub.Prefill, address)
-        self._verify = _BatchStream(self.stub.Verify, address)
+    stub_class = TargetWorkerStub
+    stub: TargetWorkerStub
+
+    def _open_streams(self) -> None:
+        self._prefill = _BatchStream(self.stub.Prefill, self.address)
+        self._verify = _BatchStream(self.stub.Verify, self.address)
 
     @property
     def vocab_size(self) -> int:
         return self.info.vocab_size
-
-    def describe(self) -> WorkerInfo:
-        return self._describe(self.stub)
 
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         message = tpb.PrefillBatch(
@@ -206,9 +225,6 @@ class GrpcTargetClient(_GrpcWorker):
         assert isinstance(result, tpb.VerifyResult)
         self._free_blocks = result.num_free_blocks
         return [convert.verify_output_from_proto(o) for o in result.outputs]
-
-    def release(self, seq_ids: Sequence[int]) -> int:
-        return self._release(self.stub, seq_ids)
 
     def close(self) -> None:
         self._prefill.close()

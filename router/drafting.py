@@ -24,6 +24,9 @@ from router.clients import DraftClient, WorkerUnavailableError
 from router.pool import WorkerPool
 from router.sequence import SequenceState
 
+# Draft workers called at the same time, at most.
+MAX_PARALLEL_CALLS = 64
+
 # One sequence's proposal: k tokens, and the support and probabilities of each q.
 Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
 
@@ -47,11 +50,10 @@ class Drafter:
     def __init__(self, pool: WorkerPool[DraftClient], k: int, overlap: bool):
         self.pool = pool
         self.k = k
-        # Positions every draft worker holds (sequences beyond get no drafts).
-        self.max_len = min((w.describe().max_model_len for w in pool.workers), default=0)
-        # Calls to several draft workers run at the same time; with overlap a
-        # whole micro-batch's calls also run behind the engine's back.
-        self._calls = ThreadPoolExecutor(max(1, len(pool)), "draft-call")
+        # Calls to several draft workers run at the same time (threads start
+        # as needed: the pool can grow); with overlap a whole micro-batch's
+        # calls also run behind the engine's back.
+        self._calls = ThreadPoolExecutor(MAX_PARALLEL_CALLS, "draft-call")
         self._executor = ThreadPoolExecutor(1, "draft-overlap") if overlap else None
         self._in_flight: dict[int, _Plan] = {}  # micro-batch -> its proposals on the way
 
@@ -83,13 +85,15 @@ class Drafter:
         up = self.pool.up()
         if not up:
             return _Plan()
+        # Positions every draft worker holds (sequences beyond get no drafts).
+        max_len = min(self.pool.infos[d].max_model_len for d in up)
         load = {d: 0 for d in up}
         for seq in seqs:
             if seq.draft_worker in load:
                 load[seq.draft_worker] += 1
         groups: dict[int, list[SequenceState]] = {d: [] for d in up}
         for seq in seqs:
-            if seq.num_tokens + self.k - 1 > self.max_len:
+            if seq.num_tokens + self.k - 1 > max_len:
                 continue  # longer than the draft model can hold: decoded without drafts
             if seq.draft_worker not in load:  # new, or its draft worker was lost
                 seq.draft_worker = min(up, key=lambda d: load[d])
@@ -161,7 +165,7 @@ class Drafter:
                 for s in call.seqs
                 if s.seq_id in stale and (s.finished or s.draft_worker != call.draft)
             ]
-            if gone:
+            if gone and self.pool.is_member(call.draft):
                 self.pool.workers[call.draft].release(gone)
         return drafts
 

@@ -77,6 +77,14 @@ class LLMEngine:
         """Whether the last round could reach a draft worker."""
         return any(self.drafts.is_up(i) for i in range(len(self.drafts)))
 
+    @property
+    def draft_model(self) -> str:
+        """The draft pool's model: a member's, else the configured one ('' if none)."""
+        members = self.drafts.members()
+        if members:
+            return self.drafts.infos[members[0]].model
+        return self.config.speculative.model if self.config.speculative else ""
+
     def stats(self) -> EngineStats:
         infos = [w.describe() for w in self.workers.targets]
         total = sum(i.num_blocks for i in infos)
@@ -344,8 +352,8 @@ class LLMEngine:
     def _release(self, seq: SequenceState) -> None:
         if seq.target_worker >= 0:
             self.workers.targets[seq.target_worker].release([seq.seq_id])
-        if seq.draft_worker >= 0:
-            self.workers.drafts[seq.draft_worker].release([seq.seq_id])
+        if self.drafts.is_member(seq.draft_worker):
+            self.drafts.workers[seq.draft_worker].release([seq.seq_id])
 
     def _maybe_log(self) -> None:
         """Log throughput and the speculation counters every log_stats_interval_s."""

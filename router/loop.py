@@ -52,6 +52,10 @@ class _Abort:
     request_id: str
 
 
+class _Look:
+    """Apply the pools' membership changes (discovery found or lost a worker)."""
+
+
 @dataclass
 class _Stream:
     seq: SequenceState
@@ -67,7 +71,7 @@ class EngineLoop:
         self.engine = engine
         self._on_speculation_change = on_speculation_change
         self._speculating = engine.speculating
-        self._commands: queue.Queue[_Add | _Abort | None] = queue.Queue()
+        self._commands: queue.Queue[_Add | _Abort | _Look | None] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
         self._ids = itertools.count()
         self._stopped = threading.Event()
@@ -102,14 +106,21 @@ class EngineLoop:
         self._commands.put(_Abort(request_id))
         return known
 
+    def look_at_pools(self) -> None:
+        """Have the loop apply the worker pools' changes now, even while idle."""
+        self._commands.put(_Look())
+
     def stop(self) -> None:
         self._stopped.set()
         self._commands.put(None)
         self._thread.join(timeout=30)
         self.engine.drafter.close()
 
-    def _apply(self, command: _Add | _Abort | None) -> None:
-        if isinstance(command, _Add):
+    def _apply(self, command: _Add | _Abort | _Look | None) -> None:
+        if isinstance(command, _Look):
+            self.engine.drafts.up()
+            self._report_speculation()
+        elif isinstance(command, _Add):
             (seq,) = self.engine.add_request(command.request_id, command.prompt_ids, command.params)
             self._streams[command.request_id] = _Stream(seq, command.on_delta)
         elif isinstance(command, _Abort):
@@ -147,10 +158,13 @@ class EngineLoop:
                     self._fail_all(f"{type(e).__name__}: {e}")
                     continue
                 self._publish()
-                if self.engine.speculating != self._speculating:
-                    self._speculating = self.engine.speculating
-                    if self._on_speculation_change is not None:
-                        self._on_speculation_change(self._speculating)
+                self._report_speculation()
+
+    def _report_speculation(self) -> None:
+        if self.engine.speculating != self._speculating:
+            self._speculating = self.engine.speculating
+            if self._on_speculation_change is not None:
+                self._on_speculation_change(self._speculating)
 
     def _publish(self) -> None:
         for request_id, stream in list(self._streams.items()):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import grpc
 from prometheus_client import CollectorRegistry, start_http_server
@@ -19,12 +20,14 @@ from protos.serving import (
     serve_until_signalled,
     start_server,
 )
+from router.clients import GrpcDraftClient
 from router.config import EngineConfig, SpeculativeConfig
+from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
 from router.loop import Delta, EngineLoop
 from router.metrics import EngineCollector
 from router.wire import delta_to_response, params_from_request, router_info
-from router.workers import build_remote_workers
+from router.workers import SameTokenizer, build_remote_workers
 
 SERVICE_NAME = "specserve.v1.Router"
 
@@ -32,6 +35,10 @@ SERVICE_NAME = "specserve.v1.Router"
 # Health name whose status says whether the router is speculating (SERVING) or
 # decoding without a draft worker (NOT_SERVING).
 SPECULATION_HEALTH = "specserve.v1.Router/speculation"
+
+# How long a newly discovered draft worker has to answer (one that refuses
+# connections is skipped at once, and tried again at the next lookup).
+DISCOVERY_CONNECT_S = 5.0
 
 
 class RouterService(router_pb2_grpc.RouterServicer):
@@ -77,12 +84,11 @@ class RouterService(router_pb2_grpc.RouterServicer):
         self, request: rpb.DescribeRouterRequest, context: grpc.ServicerContext
     ) -> rpb.RouterInfo:
         engine = self.loop.engine
-        spec = engine.config.speculative
         return router_info(
             model=engine.config.model,
             vocab_size=engine.workers.vocab_size,
             max_model_len=engine.max_model_len,
-            draft_model=spec.model if spec else "",
+            draft_model=engine.draft_model,
             k=engine.k,
             stats=engine.stats(),
         )
@@ -101,7 +107,14 @@ class RouterConfig:
     )
     draft_workers: str | None = field(
         default=None,
-        metadata={"help": "draft worker addresses, host:port[,host:port...]; none: no speculation"},
+        metadata={
+            "help": "draft worker addresses, host:port[,host:port...]; none: no speculation. "
+            "An entry dns:///NAME:PORT (a Kubernetes headless Service) is resolved again "
+            "every --discovery-interval-s and the pool follows its addresses"
+        },
+    )
+    discovery_interval_s: float = field(
+        default=10.0, metadata={"help": "seconds between lookups of dns:/// draft workers"}
     )
     num_speculative_tokens: int = field(default=5, metadata={"help": "drafts per round"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
@@ -129,8 +142,17 @@ class RouterConfig:
         return [a.strip() for a in (value or "").split(",") if a.strip()]
 
     def __post_init__(self) -> None:
-        if not self.addresses(self.target_workers):
+        targets, target_names = split_addresses(self.addresses(self.target_workers))
+        if target_names:
+            raise ValueError(
+                "--target-workers takes host:port addresses, not dns:/// names: a target "
+                "worker holds its requests' KV, so list each one"
+            )
+        if not targets:
             raise ValueError("--target-workers needs at least one host:port")
+        split_addresses(self.addresses(self.draft_workers))  # raises for a malformed name
+        if self.discovery_interval_s <= 0:
+            raise ValueError(f"discovery_interval_s must be > 0, got {self.discovery_interval_s}")
         if self.max_pending_requests < 1:
             raise ValueError(f"max_pending_requests must be >= 1, got {self.max_pending_requests}")
         if self.num_speculative_tokens < 1:
@@ -141,10 +163,12 @@ class RouterConfig:
 
 def serve(config: RouterConfig) -> None:
     """Run the router until SIGTERM."""
-    drafts = config.addresses(config.draft_workers)
-    k = config.num_speculative_tokens if drafts else 0
+    drafts, names = split_addresses(config.addresses(config.draft_workers))
+    k = config.num_speculative_tokens if drafts or names else 0
     workers = build_remote_workers(config.addresses(config.target_workers), drafts, k)
-    spec = SpeculativeConfig(workers.draft.describe().model, k) if workers.draft else None
+    spec = None
+    if k:  # the model is a draft worker's; found later when only names are given
+        spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
     engine = LLMEngine(
         EngineConfig(
             model=workers.target.describe().model,
@@ -162,7 +186,21 @@ def serve(config: RouterConfig) -> None:
         for running in health:
             running.health.set(SPECULATION_HEALTH, SERVING if speculating else NOT_SERVING)
 
+    discovery = None
+    if names:
+        discovery = Discovery(
+            engine.drafts,
+            names,
+            partial(GrpcDraftClient, connect_timeout_s=DISCOVERY_CONNECT_S, wait_for_ready=False),
+            SameTokenizer(workers.tokenizer, engine.config.model),
+            config.discovery_interval_s,
+        )
+        discovery.refresh()
+        engine.drafts.up()  # the first requests already speculate
     loop = EngineLoop(engine, report)
+    if discovery is not None:
+        discovery.on_change = loop.look_at_pools
+        discovery.start()
     service = RouterService(loop, config.max_pending_requests)
     running = start_server(
         [(router_pb2_grpc.add_RouterServicer_to_server, service, SERVICE_NAME)],
@@ -172,4 +210,6 @@ def serve(config: RouterConfig) -> None:
     health.append(running)
     report(engine.speculating)
     serve_until_signalled(running, config.grace_s, f"router ready on {config.host}:{{port}}")
+    if discovery is not None:
+        discovery.stop()
     loop.stop()

@@ -20,6 +20,7 @@ from model_runtime.rank import RankConfig, WorkerFactory
 from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner
 from model_runtime.sizing import num_kv_blocks, runner_for
+from protos.messages import WorkerInfo
 from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
 from target_worker.parallel import ParallelTargetWorker, target_rank_worker
@@ -59,6 +60,20 @@ def check_same_tokenizer(target: PreTrainedTokenizerBase, draft: PreTrainedToken
             "the draft model's tokenizer differs from the target's; speculative decoding needs "
             "both to share one tokenizer: choose a draft from the target's model family"
         )
+
+
+class SameTokenizer:
+    """Checks that a worker's model shares ``tokenizer`` (loading each model's once)."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, model: str):
+        self.tokenizer = tokenizer
+        self._checked = {model}
+
+    def __call__(self, info: WorkerInfo) -> None:
+        if info.model not in self._checked:
+            other = AutoTokenizer.from_pretrained(resolve_model(info.model))
+            check_same_tokenizer(self.tokenizer, other)
+            self._checked.add(info.model)
 
 
 def build_local_workers(config: EngineConfig) -> Workers:
@@ -204,8 +219,9 @@ def build_remote_workers(
     drafts = [GrpcDraftClient(a) for a in draft_addresses]
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(targets[0].info.model))
     infos = [t.info for t in targets] + [d.info for d in drafts]
+    same_tokenizer = SameTokenizer(tokenizer, targets[0].info.model)
     for info in infos[1:]:
-        check_same_tokenizer(tokenizer, AutoTokenizer.from_pretrained(resolve_model(info.model)))
+        same_tokenizer(info)
     max_len = min(t.info.max_model_len for t in targets)
     vocab = targets[0].info.vocab_size
     return Workers(

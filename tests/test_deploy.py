@@ -155,8 +155,27 @@ def test_services_route_to_the_ports_the_clients_dial(manifests: list[dict[str, 
         if args and args[0] == "serve":
             dialled["router"] = flag(args, "--router")
     for command, address in dialled.items():
-        host, port = address.rsplit(":", 1)
+        host, port = address.removeprefix("dns:///").rsplit(":", 1)
         assert services[host][int(port)] == listening[command], address
+
+
+def test_the_router_finds_the_draft_pool_through_a_headless_service(
+    manifests: list[dict[str, Any]],
+) -> None:
+    """So that scaling the draft Deployment changes the router's pool: the
+    name resolves to every ready pod, and the router looks it up again."""
+    env = config_values(manifests)
+    (router,) = [
+        args
+        for _, c in containers(manifests)
+        if (args := specserve_args(c, env)) is not None and args[0] == "router"
+    ]
+    name = flag(router, "--draft-workers").removeprefix("dns:///").rsplit(":", 1)[0]
+    (draft_service,) = [
+        r for r in manifests if r["kind"] == "Service" and r["metadata"]["name"] == name
+    ]
+    assert flag(router, "--draft-workers").startswith("dns:///")
+    assert draft_service["spec"]["clusterIP"] == "None"
 
 
 def test_the_config_map_holds_a_valid_speculative_config(manifests: list[dict[str, Any]]) -> None:
