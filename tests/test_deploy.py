@@ -2,8 +2,10 @@
 validates against the Kubernetes schemas offline (the RayCluster against the
 KubeRay fields kept in the repo, its pod templates against the core schema),
 every container command parses with specserve's own CLI, probes and Services
-point at the ports the commands listen on, and the images install the package
-as README does and run as a non-root user with a health check."""
+point at the ports the commands listen on, the draft pool sits behind a
+headless Service the router looks up, and the images install the package as
+README does (what they copy installs a specserve that runs) and run as a
+non-root user with a health check."""
 
 from __future__ import annotations
 
@@ -208,6 +210,58 @@ def test_the_images_install_the_package_and_run_as_a_user_with_a_health_check(na
     assert users and users[-1] not in ("root", "0")
     assert "HEALTHCHECK" in commands and "/health" in commands["HEALTHCHECK"]
     assert json.loads(commands["ENTRYPOINT"]) == ["specserve"]
+
+
+def test_what_the_images_copy_installs_a_specserve_that_runs_the_bundled_pair(
+    tmp_path: Path,
+) -> None:
+    """The images' COPY lines hold every module and the bundled checkpoints:
+    installed from only those files (no Docker here), specserve generates."""
+    copies = []
+    for name in ("Dockerfile", "Dockerfile.cpu"):
+        with open(DEPLOY / name, "rb") as f:
+            structure = DockerfileParser(fileobj=f).structure
+        copies.append([i["value"].split() for i in structure if i["instruction"] == "COPY"])
+    assert copies[0] == copies[1], "both images must copy the same files"
+    src = tmp_path / "src"
+    for copy in copies[1]:
+        *sources, dest = copy
+        assert dest.startswith("/src"), copy
+        target = src / dest.removeprefix("/src").strip("/")
+        for source in sources:
+            path = DEPLOY.parent / source
+            if path.is_dir():
+                shutil.copytree(path, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, target)
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, src],
+        check=True,
+    )
+    # -S: no site-packages .pth files, so the editable install of this checkout
+    # cannot fill in what the copy lacks; the dependencies come from the venv.
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "specserve",
+            "generate",
+            "def add(a, b):",
+            "--max-tokens",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *deps])},
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip()
 
 
 def test_the_rendered_cpu_deployment_runs_on_one_machine_and_serves_the_seeds_client() -> None:
