@@ -3,7 +3,16 @@ end-to-end tokens/s in one process against three processes on loopback.
 
     python benchmarks/grpc_overhead.py --out grpc_overhead.json
 
-Per round, at batch B (every sequence decoding, greedy, bundled pair, k = 4):
+On GPUs, with the draft and target workers on GPUs of their own (their
+processes see only ``--draft-gpu`` and ``--target-gpu``; the in-process
+engine runs on the first GPU):
+
+    PYTHONPATH=. python benchmarks/grpc_overhead.py --target /ckpt/qwen3-8b \
+        --draft /ckpt/qwen3-0.6b --k 5 --dtype bfloat16 --device cuda \
+        --draft-gpu 0 --target-gpu 1 --out grpc_overhead_gpu.json
+
+Per round, at batch B (every sequence decoding, greedy; by default the bundled
+pair on the CPU, k = 4):
 - model: time inside the workers' propose + verify calls (in-process engine);
 - in-process round: the whole engine step with in-process workers;
 - gRPC round: the same step with the workers in two other processes.
@@ -20,6 +29,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -30,10 +40,24 @@ from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.launch import service
 from router.params import SamplingParams
-from router.workers import build_local_workers, build_remote_workers
+from router.workers import Workers, build_local_workers, build_remote_workers
 
-K = 4
-WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--num-kv-blocks", "4096")
+
+def worker_args(args: argparse.Namespace) -> tuple[str, ...]:
+    return (
+        "--dtype",
+        args.dtype,
+        "--device",
+        args.device,
+        "--max-model-len",
+        str(args.max_model_len),
+        "--num-kv-blocks",
+        str(args.num_kv_blocks),
+    )
+
+
+def gpu_env(gpu: str | None) -> dict[str, str] | None:
+    return None if gpu is None else {"CUDA_VISIBLE_DEVICES": gpu}
 
 
 class Timed:
@@ -57,18 +81,21 @@ class Timed:
         return timed
 
 
-def engine_local() -> LLMEngine:
+def engine_local(args: argparse.Namespace) -> tuple[LLMEngine, Workers]:
+    """The timed in-process engine, and its workers (to build more engines over)."""
     config = EngineConfig(
-        model="specserve/demo-target",
-        dtype="float32",
-        max_model_len=1024,
-        speculative=SpeculativeConfig("specserve/demo-draft", K),
-        num_kv_blocks_override=4096,
+        model=args.target,
+        dtype=args.dtype,
+        device=args.device,
+        max_model_len=args.max_model_len,
+        speculative=SpeculativeConfig(args.draft, args.k),
+        num_kv_blocks_override=args.num_kv_blocks,
+        log_stats_interval_s=None,
     )
     workers = build_local_workers(config)
     workers.targets = [Timed(w) for w in workers.targets]  # type: ignore[misc]
     workers.drafts = [Timed(w) for w in workers.drafts]  # type: ignore[misc]
-    return LLMEngine(config, workers)
+    return LLMEngine(config, workers), workers
 
 
 def round_ms(engine: LLMEngine, batch: int, rounds: int = 10) -> tuple[float, float]:
@@ -102,23 +129,52 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--target", default="specserve/demo-target")
+    parser.add_argument("--draft", default="specserve/demo-draft")
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-model-len", type=int, default=1024)
+    parser.add_argument("--num-kv-blocks", type=int, default=4096)
+    parser.add_argument("--draft-gpu", help="CUDA_VISIBLE_DEVICES of the draft worker process")
+    parser.add_argument("--target-gpu", help="CUDA_VISIBLE_DEVICES of the target worker process")
     parser.add_argument("--out")
     args = parser.parse_args()
-    result: dict[str, Any] = {"threads": torch.get_num_threads(), "k": K, "rounds": []}
-    local = engine_local()
+    k = args.k
+    result: dict[str, Any] = {
+        "threads": torch.get_num_threads(),
+        "k": k,
+        "options": vars(args),
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "rounds": [],
+    }
+    local, local_workers = engine_local(args)
     with ExitStack() as stack:
         target, _ = stack.enter_context(
-            service("target-worker", "--model", "specserve/demo-target", *WORKER_ARGS)
+            service(
+                "target-worker",
+                "--model",
+                args.target,
+                *worker_args(args),
+                env=gpu_env(args.target_gpu),
+            )
         )
         draft, _ = stack.enter_context(
-            service("draft-worker", "--model", "specserve/demo-draft", *WORKER_ARGS)
+            service(
+                "draft-worker",
+                "--model",
+                args.draft,
+                *worker_args(args),
+                env=gpu_env(args.draft_gpu),
+            )
         )
         remote = LLMEngine(
             EngineConfig(
-                model="specserve/demo-target",
-                speculative=SpeculativeConfig("specserve/demo-draft", K),
+                model=args.target,
+                speculative=SpeculativeConfig(args.draft, k),
+                log_stats_interval_s=None,
             ),
-            build_remote_workers([target], [draft], K),
+            build_remote_workers([target], [draft], k),
         )
         for batch in args.batch:
             local_ms, model_ms = round_ms(local, batch)
@@ -129,6 +185,7 @@ def main() -> None:
                 "in_process_round_ms": local_ms,
                 "grpc_round_ms": grpc_ms,
                 "router_overhead_fraction": (grpc_ms - model_ms) / grpc_ms,
+                "acceptance_rate": local.metrics.acceptance_rate,
             }
             result["rounds"].append(row)
             print(json.dumps(row), flush=True)
@@ -139,20 +196,16 @@ def main() -> None:
                 "--target-workers",
                 target,
                 "--num-speculative-tokens",
-                str(K),
+                str(k),
                 "--overlap" if overlap else "--no-overlap",
             ]
             if speculate:
                 router_args += ["--draft-workers", draft]
             router, _ = stack.enter_context(service("router", *router_args))
-            spec = {"model": "specserve/demo-draft", "num_speculative_tokens": K}
+            # The same in-process workers, with speculation or without.
             engine = LLMEngine(
-                EngineConfig(
-                    model="specserve/demo-target",
-                    dtype="float32",
-                    max_model_len=1024,
-                    speculative=SpeculativeConfig.from_dict(spec) if speculate else None,
-                )
+                replace(local.config, speculative=local.config.speculative if speculate else None),
+                replace(local_workers, drafts=local_workers.drafts if speculate else []),
             )
             channel = stack.enter_context(grpc.insecure_channel(router))
             stub = router_pb2_grpc.RouterStub(channel)
@@ -187,7 +240,7 @@ def main() -> None:
                 }
                 result["end_to_end"].append(row)
                 print(json.dumps(row), flush=True)
-    print(f"\nrounds (k={K}, {result['threads']} threads):")
+    print(f"\nrounds (k={k}, {result['device']}, {result['threads']} threads):")
     print(f"{'batch':>6}{'model':>9}{'in-proc':>9}{'gRPC':>9}{'overhead':>10}")
     for r in result["rounds"]:
         print(

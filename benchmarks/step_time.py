@@ -20,35 +20,12 @@ from collections.abc import Callable
 import torch
 from transformers import Qwen3Config
 
+from benchmarks.shapes import SHAPES
 from model_runtime.config import ModelConfig
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.models.llama import Qwen3ForCausalLM
 from model_runtime.parallel import SINGLE_DEVICE
 from model_runtime.runner import ModelRunner, SequenceChunk
-
-# The shapes of the published Qwen3 configs.
-SHAPES = {
-    "qwen3-0.6b": dict(
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-8b": dict(
-        hidden_size=4096,
-        intermediate_size=12288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
-        tie_word_embeddings=False,
-    ),
-}
 
 
 def random_runner(shape: str, num_blocks: int, block_size: int, max_len: int) -> ModelRunner:

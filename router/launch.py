@@ -42,9 +42,16 @@ class ServiceProcess:
     Its output is read on another thread once it is ready, so that a chatty
     service never blocks on a full pipe: the last lines are kept in
     ``output_tail``, and with ``echo_prefix`` they are also printed here.
+    ``env`` adds to (or overrides) this process's environment.
     """
 
-    def __init__(self, *args: str, port: int = 0, echo_prefix: str | None = None):
+    def __init__(
+        self,
+        *args: str,
+        port: int = 0,
+        echo_prefix: str | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.name = args[0]
         self.echo_prefix = echo_prefix
         self.output_tail: deque[str] = deque(maxlen=200)
@@ -53,7 +60,7 @@ class ServiceProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             preexec_fn=_die_with_parent,
         )
         self.process.output_tail = self.output_tail  # type: ignore[attr-defined]
@@ -91,13 +98,13 @@ class ServiceProcess:
 
 @contextmanager
 def service(
-    *args: str, port: int = 0, timeout_s: float = 120
+    *args: str, port: int = 0, timeout_s: float = 120, env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Run ``specserve ARGS`` until it prints its ready line; yield (address, process).
 
     Leaving the block sends SIGTERM, then SIGKILL after ``timeout_s``.
     """
-    running = ServiceProcess(*args, port=port)
+    running = ServiceProcess(*args, port=port, env=env)
     try:
         yield running.wait_ready(), running.process
     finally:
