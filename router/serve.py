@@ -18,14 +18,11 @@ import socket
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-import uvicorn
-
 from model_runtime.executors import ParallelConfig
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from router.backends import Backend, LocalBackend, RouterBackend
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
-from router.gateway import build_app
 from router.generate import parse_speculative_config
 from router.launch import ServiceProcess
 from router.loop import EngineLoop
@@ -191,6 +188,12 @@ def start_processes(engine: EngineConfig, stack: ExitStack) -> str:
 
 
 def serve(config: ServeConfig, parallel: ParallelConfig) -> None:
+    # The HTTP stack is imported here, not above: the worker and router
+    # commands share this CLI (and its parser imports this module) without it.
+    import uvicorn
+
+    from router.gateway import build_app
+
     with ExitStack() as stack:
         backend: Backend
         if config.router is not None:

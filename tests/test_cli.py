@@ -138,3 +138,15 @@ def test_a_revision_selects_that_snapshot_of_the_cache(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["2222bbbb", "1111aaaa"]
+
+
+def test_the_worker_and_router_commands_load_no_http_stack() -> None:
+    """Workers and the router share the CLI with ``serve`` but not its HTTP
+    server: they run where FastAPI and uvicorn are not installed."""
+    code = (
+        "import sys, router.cli, router.service, target_worker.service, draft_worker.service\n"
+        "router.cli.build_parser()\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastapi', 'uvicorn', 'starlette'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
