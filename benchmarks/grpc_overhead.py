@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -125,6 +126,24 @@ def tokens_per_s(generate_one: Callable[[int], int], concurrency: int, requests:
     return tokens / (time.perf_counter() - start)
 
 
+def in_process_tokens_per_s(
+    engine: LLMEngine, concurrency: int, requests: int, max_tokens: int
+) -> float:
+    """As the gRPC clients load the router: ``concurrency`` requests in flight,
+    a new one added as soon as one finishes."""
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    waiting = deque(range(requests))
+    in_flight = 0
+    start = time.perf_counter()
+    while waiting or engine.has_unfinished():
+        while waiting and in_flight < concurrency:
+            i = waiting.popleft()
+            engine.add_request(str(i), engine.tokenizer.encode(f"def f{i}(x):"), params)
+            in_flight += 1
+        in_flight -= len(engine.step())
+    return requests * max_tokens / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64])
@@ -204,7 +223,11 @@ def main() -> None:
             router, _ = stack.enter_context(service("router", *router_args))
             # The same in-process workers, with speculation or without.
             engine = LLMEngine(
-                replace(local.config, speculative=local.config.speculative if speculate else None),
+                replace(
+                    local.config,
+                    speculative=local.config.speculative if speculate else None,
+                    overlap=overlap,
+                ),
                 replace(local_workers, drafts=local_workers.drafts if speculate else []),
             )
             channel = stack.enter_context(grpc.insecure_channel(router))
@@ -221,16 +244,7 @@ def main() -> None:
 
             for concurrency in (1, 16):
                 requests = concurrency * 2
-                params = SamplingParams(temperature=0, max_tokens=args.max_tokens, ignore_eos=True)
-                start = time.perf_counter()
-                for i in range(requests):
-                    engine.add_request(str(i), engine.tokenizer.encode(f"def f{i}(x):"), params)
-                    if concurrency == 1:
-                        while engine.has_unfinished():
-                            engine.step()
-                while engine.has_unfinished():
-                    engine.step()
-                local_tps = requests * args.max_tokens / (time.perf_counter() - start)
+                local_tps = in_process_tokens_per_s(engine, concurrency, requests, args.max_tokens)
                 row = {
                     "speculation": speculate,
                     "overlap": overlap,
