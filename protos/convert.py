@@ -100,17 +100,22 @@ def distributions_from_proto(
     """k sparse distributions -> [k, N] tensors padded with probability 0."""
     if not rows:
         return None, None
-    width = max(1, max(len(r.token_ids) for r in rows))
-    ids = torch.zeros(len(rows), width, dtype=torch.int64)
-    probs = torch.zeros(len(rows), width, dtype=torch.float32)
-    for i, r in enumerate(rows):
-        if len(r.token_ids) != len(r.probs):
-            raise ValueError(
-                f"a sparse distribution has {len(r.token_ids)} token ids but {len(r.probs)} probs"
-            )
-        n = len(r.token_ids)
-        ids[i, :n] = torch.tensor(list(r.token_ids), dtype=torch.int64)
-        probs[i, :n] = torch.tensor(list(r.probs), dtype=torch.float32)
+    lengths = [len(r.token_ids) for r in rows]
+    for r, n in zip(rows, lengths, strict=True):
+        if len(r.probs) != n:
+            raise ValueError(f"a sparse distribution has {n} token ids but {len(r.probs)} probs")
+    width = max(1, *lengths)
+    # One flat list each, padded per row, then one tensor: far fewer Python
+    # calls than a tensor per row.
+    flat_ids: list[int] = []
+    flat_probs: list[float] = []
+    for r, n in zip(rows, lengths, strict=True):
+        flat_ids += r.token_ids
+        flat_ids += [0] * (width - n)
+        flat_probs += r.probs
+        flat_probs += [0.0] * (width - n)
+    ids = torch.tensor(flat_ids, dtype=torch.int64).view(len(rows), width)
+    probs = torch.tensor(flat_probs, dtype=torch.float32).view(len(rows), width)
     return ids, probs
 
 

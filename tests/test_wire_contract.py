@@ -60,6 +60,26 @@ def test_sparse_distributions_round_trip() -> None:
     assert list(again.token_ids) == [5, 9, 2] and list(again.probs) == [0.5, 0.25, 0.25]
 
 
+def test_draft_distributions_cross_the_wire_without_their_zeros() -> None:
+    import torch
+
+    ids = torch.tensor([[7, 3, 1], [4, 8, 2]])
+    probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+    rows = convert.distributions_to_proto(ids, probs)
+    assert [len(r.token_ids) for r in rows] == [2, 3]  # the zero is not sent
+    back_ids, back_probs = convert.distributions_from_proto(rows)
+    assert back_probs is not None and back_ids is not None
+    assert torch.equal(back_probs, probs)  # padded back with probability 0
+    assert torch.equal(back_ids[0, :2], ids[0, :2]) and torch.equal(back_ids[1], ids[1])
+    assert convert.distributions_from_proto([]) == (None, None)
+
+
+def test_a_distribution_with_unequal_ids_and_probs_is_refused() -> None:
+    bad = common_pb2.SparseDistribution(token_ids=[1, 2], probs=[1.0])
+    with pytest.raises(ValueError, match="2 token ids but 1 probs"):
+        convert.distributions_from_proto([bad])
+
+
 def test_logprobs_and_sampling_options_survive_the_wire() -> None:
     chosen = TokenLogprob(7, -0.25, 2, [3, 7], [-0.125, -0.25])
     prompt = [TokenLogprob(1, -1.5, 4), TokenLogprob(2, -0.5, 1, [2], [-0.5])]
