@@ -126,7 +126,7 @@ class Discovery(Generic[W]):
         try:
             info = worker.describe()
             self.check(info)
-        except (WorkerUnavailableError, ValueError) as e:
+        except Exception as e:  # refused (ValueError) for good; anything else: next time
             logger.error("%s worker %s cannot join: %s", self.pool.kind, address, e)
             close = getattr(worker, "close", None)
             if close is not None:
