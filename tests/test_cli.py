@@ -146,7 +146,8 @@ def test_the_worker_and_router_commands_load_no_http_stack() -> None:
     code = (
         "import sys, router.cli, router.service, target_worker.service, draft_worker.service\n"
         "router.cli.build_parser()\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastapi', 'uvicorn', 'starlette'}))"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(loaded & {'fastapi', 'uvicorn', 'starlette'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
