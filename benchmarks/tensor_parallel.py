@@ -28,6 +28,7 @@ from benchmarks.grpc_overhead import Timed, round_ms
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
+from router.pool import close_worker
 from router.workers import build_local_workers
 
 PROMPTS = [
@@ -81,9 +82,7 @@ def measure(args: argparse.Namespace, tp: int) -> dict[str, Any]:
         return out
     finally:
         for worker in workers.targets + workers.drafts:
-            close = getattr(worker, "close", None)
-            if close is not None:
-                close()
+            close_worker(worker)
         del workers
         gc.collect()
         if torch.cuda.is_available():

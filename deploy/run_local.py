@@ -89,9 +89,8 @@ def localise(args: list[str], ports: dict[str, int], dialled: dict[str, str]) ->
             a = "127.0.0.1"
         elif previous == "--metrics-port":
             a = str(free_port())
-        elif a.removeprefix(DNS) in dialled:  # dns:///NAME:PORT stays a name to look up
-            scheme = DNS if a.startswith(DNS) else ""
-            a = f"{scheme}127.0.0.1:{ports[dialled[a.removeprefix(DNS)]]}"
+        elif (name := a.removeprefix(DNS)) in dialled:  # dns:///NAME:PORT stays a name
+            a = a.replace(name, f"127.0.0.1:{ports[dialled[name]]}")
         out.append(a)
     return out
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Generic
 
 from protos.messages import WorkerInfo, WorkerUnavailableError
-from router.pool import W, WorkerPool
+from router.pool import W, WorkerPool, close_worker
 
 logger = logging.getLogger(__name__)
 
@@ -128,9 +128,7 @@ class Discovery(Generic[W]):
             self.check(info)
         except Exception as e:  # refused (ValueError) for good; anything else: next time
             logger.error("%s worker %s cannot join: %s", self.pool.kind, address, e)
-            close = getattr(worker, "close", None)
-            if close is not None:
-                close()
+            close_worker(worker)
             if isinstance(e, ValueError):
                 self._rejected.add(address)
             return

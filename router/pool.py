@@ -104,11 +104,11 @@ class WorkerPool(Generic[W]):
                 self._join(address, *joining)
                 logger.info("%s worker %s joined", self.kind, address)
             elif joining is not None:
-                _close(joining[0])  # already a member
+                close_worker(joining[0])  # already a member
             for index in current if joining is None else []:
                 self._retired.add(index)
                 self._lost_at.pop(index, None)
-                _close(self.workers[index])
+                close_worker(self.workers[index])
                 logger.info("%s worker %s left", self.kind, address)
 
     def _join(self, address: str, worker: W, info: WorkerInfo) -> None:
@@ -117,7 +117,8 @@ class WorkerPool(Generic[W]):
         self.addresses.append(address)
 
 
-def _close(worker: object) -> None:
+def close_worker(worker: object) -> None:
+    """Close a worker client that has a ``close`` (in-process workers have none)."""
     close = getattr(worker, "close", None)
     if close is not None:
         close()

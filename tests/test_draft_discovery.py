@@ -139,10 +139,14 @@ def test_the_pool_follows_the_names_answer_and_the_output_stays_the_targets(
 def test_a_worker_with_another_tokenizer_is_refused_once(workers: dict[str, str]) -> None:
     answers = Answers()
     engine, discovery = engine_with_discovery(workers, answers)
+    connected: list[str] = []
+    connect = discovery.connect
+    discovery.connect = lambda address: connected.append(address) or connect(address)
     answers.addresses = {workers["alien"], workers["a"]}
     discovery.refresh()
-    discovery.refresh()  # not connected again
+    discovery.refresh()
     assert members(engine) == [workers["a"]]
+    assert connected.count(workers["alien"]) == 1  # refused, not tried again
 
 
 def test_a_name_that_stops_resolving_keeps_its_workers(workers: dict[str, str]) -> None:
@@ -164,8 +168,12 @@ def test_an_address_that_refuses_connections_is_skipped_without_waiting(
 ) -> None:
     answers = Answers()
     engine, discovery = engine_with_discovery(workers, answers)
+    # A connect that waited for the worker would sit out this whole deadline.
+    discovery.connect = partial(GrpcDraftClient, connect_timeout_s=60.0, wait_for_ready=False)
     answers.addresses = {f"127.0.0.1:{free_port()}", workers["a"]}
+    start = time.monotonic()
     discovery.refresh()
+    assert time.monotonic() - start < 30, "the refused address was waited for"
     assert members(engine) == [workers["a"]]
 
 
