@@ -22,8 +22,8 @@ from datetime import date
 
 from openai import OpenAI
 
-from router.launch import service
 from specserve import LLM, SamplingParams
+from specserve.launch import service
 
 SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 5}
 PROMPTS = [

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import grpc
@@ -39,9 +40,10 @@ import torch
 from protos import common_pb2, router_pb2, router_pb2_grpc
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
-from router.launch import service
 from router.params import SamplingParams
-from router.workers import Workers, build_local_workers, build_remote_workers
+from router.workers import Workers, build_remote_workers
+from specserve.launch import service
+from specserve.local_workers import build_local_workers
 
 
 def worker_args(args: argparse.Namespace) -> tuple[str, ...]:
@@ -84,13 +86,13 @@ class Timed:
 
 def engine_local(args: argparse.Namespace) -> tuple[LLMEngine, Workers]:
     """The timed in-process engine, and its workers (to build more engines over)."""
-    config = EngineConfig(
-        model=args.target,
+    config = EngineConfig.of(
+        args.target,
+        SpeculativeConfig(args.draft, args.k),
         dtype=args.dtype,
         device=args.device,
         max_model_len=args.max_model_len,
-        speculative=SpeculativeConfig(args.draft, args.k),
-        num_kv_blocks_override=args.num_kv_blocks,
+        num_kv_blocks=args.num_kv_blocks,
         log_stats_interval_s=None,
     )
     workers = build_local_workers(config)
@@ -144,7 +146,7 @@ def in_process_tokens_per_s(
     return requests * max_tokens / (time.perf_counter() - start)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -158,103 +160,103 @@ def main() -> None:
     parser.add_argument("--draft-gpu", help="CUDA_VISIBLE_DEVICES of the draft worker process")
     parser.add_argument("--target-gpu", help="CUDA_VISIBLE_DEVICES of the target worker process")
     parser.add_argument("--out")
-    args = parser.parse_args()
-    k = args.k
-    result: dict[str, Any] = {
-        "threads": torch.get_num_threads(),
-        "k": k,
-        "options": vars(args),
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "rounds": [],
-    }
-    local, local_workers = engine_local(args)
-    with ExitStack() as stack:
-        target, _ = stack.enter_context(
-            service(
-                "target-worker",
-                "--model",
-                args.target,
-                *worker_args(args),
-                env=gpu_env(args.target_gpu),
-            )
+    return parser.parse_args()
+
+
+def start_workers(args: argparse.Namespace, stack: ExitStack) -> tuple[str, str]:
+    """A target and a draft worker process (stopped when ``stack`` closes)."""
+    addresses = []
+    for command, model, gpu in (
+        ("target-worker", args.target, args.target_gpu),
+        ("draft-worker", args.draft, args.draft_gpu),
+    ):
+        address, _ = stack.enter_context(
+            service(command, "--model", model, *worker_args(args), env=gpu_env(gpu))
         )
-        draft, _ = stack.enter_context(
-            service(
-                "draft-worker",
-                "--model",
-                args.draft,
-                *worker_args(args),
-                env=gpu_env(args.draft_gpu),
-            )
-        )
-        remote = LLMEngine(
-            EngineConfig(
-                model=args.target,
-                speculative=SpeculativeConfig(args.draft, k),
-                log_stats_interval_s=None,
+        addresses.append(address)
+    return addresses[0], addresses[1]
+
+
+def measure_rounds(
+    args: argparse.Namespace, local: LLMEngine, target: str, draft: str
+) -> list[dict[str, Any]]:
+    """Round time in process and over gRPC, for each batch size."""
+    config = EngineConfig.of(
+        args.target, SpeculativeConfig(args.draft, args.k), log_stats_interval_s=None
+    )
+    remote = LLMEngine(config, build_remote_workers([target], [draft]))
+    rows = []
+    for batch in args.batch:
+        local_ms, model_ms = round_ms(local, batch)
+        grpc_ms, _ = round_ms(remote, batch)
+        row = {
+            "batch": batch,
+            "model_ms": model_ms,
+            "in_process_round_ms": local_ms,
+            "grpc_round_ms": grpc_ms,
+            "router_overhead_fraction": (grpc_ms - model_ms) / grpc_ms,
+            "acceptance_rate": local.metrics.acceptance_rate,
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def measure_end_to_end(
+    args: argparse.Namespace,
+    local: LLMEngine,
+    local_workers: Workers,
+    addresses: tuple[str, str],
+    stack: ExitStack,
+) -> list[dict[str, Any]]:
+    """Tokens/s through a router process and in process, with and without
+    speculation and overlap, at 1 and 16 requests in flight."""
+    (target, draft), rows = addresses, []
+    for speculate, overlap in ((False, False), (True, False), (True, True)):
+        router_args = ["--target-workers", target, "--num-speculative-tokens", str(args.k)]
+        router_args += ["--overlap" if overlap else "--no-overlap"]
+        router_args += ["--draft-workers", draft] if speculate else []
+        router, _ = stack.enter_context(service("router", *router_args))
+        # The same in-process workers, with speculation or without.
+        engine = LLMEngine(
+            replace(
+                local.config,
+                speculative=local.config.speculative if speculate else None,
+                overlap=overlap,
             ),
-            build_remote_workers([target], [draft], k),
+            replace(local_workers, drafts=local_workers.drafts if speculate else []),
         )
-        for batch in args.batch:
-            local_ms, model_ms = round_ms(local, batch)
-            grpc_ms, _ = round_ms(remote, batch)
+        stub = router_pb2_grpc.RouterStub(stack.enter_context(grpc.insecure_channel(router)))
+        over_grpc = partial(generate_over_grpc, stub, args.max_tokens)
+        for concurrency in (1, 16):
+            requests = concurrency * 2
             row = {
-                "batch": batch,
-                "model_ms": model_ms,
-                "in_process_round_ms": local_ms,
-                "grpc_round_ms": grpc_ms,
-                "router_overhead_fraction": (grpc_ms - model_ms) / grpc_ms,
-                "acceptance_rate": local.metrics.acceptance_rate,
-            }
-            result["rounds"].append(row)
-            print(json.dumps(row), flush=True)
-
-        result["end_to_end"] = []
-        for speculate, overlap in ((False, False), (True, False), (True, True)):
-            router_args = [
-                "--target-workers",
-                target,
-                "--num-speculative-tokens",
-                str(k),
-                "--overlap" if overlap else "--no-overlap",
-            ]
-            if speculate:
-                router_args += ["--draft-workers", draft]
-            router, _ = stack.enter_context(service("router", *router_args))
-            # The same in-process workers, with speculation or without.
-            engine = LLMEngine(
-                replace(
-                    local.config,
-                    speculative=local.config.speculative if speculate else None,
-                    overlap=overlap,
+                "speculation": speculate,
+                "overlap": overlap,
+                "concurrency": concurrency,
+                "in_process_tokens_per_s": in_process_tokens_per_s(
+                    engine, concurrency, requests, args.max_tokens
                 ),
-                replace(local_workers, drafts=local_workers.drafts if speculate else []),
-            )
-            channel = stack.enter_context(grpc.insecure_channel(router))
-            stub = router_pb2_grpc.RouterStub(channel)
+                "three_processes_tokens_per_s": tokens_per_s(over_grpc, concurrency, requests),
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
 
-            def over_grpc(i: int, stub: router_pb2_grpc.RouterStub = stub) -> int:
-                request = router_pb2.GenerateRequest(
-                    text=f"def f{i}(x):",
-                    max_tokens=args.max_tokens,
-                    ignore_eos=True,
-                    sampling=common_pb2.SamplingParams(temperature=0),
-                )
-                return sum(len(r.token_ids) for r in stub.Generate(request, timeout=600))
 
-            for concurrency in (1, 16):
-                requests = concurrency * 2
-                local_tps = in_process_tokens_per_s(engine, concurrency, requests, args.max_tokens)
-                row = {
-                    "speculation": speculate,
-                    "overlap": overlap,
-                    "concurrency": concurrency,
-                    "in_process_tokens_per_s": local_tps,
-                    "three_processes_tokens_per_s": tokens_per_s(over_grpc, concurrency, requests),
-                }
-                result["end_to_end"].append(row)
-                print(json.dumps(row), flush=True)
-    print(f"\nrounds (k={k}, {result['device']}, {result['threads']} threads):")
+def generate_over_grpc(stub: router_pb2_grpc.RouterStub, max_tokens: int, i: int) -> int:
+    """Tokens of one greedy completion of prompt ``i`` through the router."""
+    request = router_pb2.GenerateRequest(
+        text=f"def f{i}(x):",
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        sampling=common_pb2.SamplingParams(temperature=0),
+    )
+    return sum(len(r.token_ids) for r in stub.Generate(request, timeout=600))
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    print(f"\nrounds (k={result['k']}, {result['device']}, {result['threads']} threads):")
     print(f"{'batch':>6}{'model':>9}{'in-proc':>9}{'gRPC':>9}{'overhead':>10}")
     for r in result["rounds"]:
         print(
@@ -269,6 +271,22 @@ def main() -> None:
             f"in-process {r['in_process_tokens_per_s']:>7.1f}, "
             f"three processes {r['three_processes_tokens_per_s']:>7.1f}"
         )
+
+
+def main() -> None:
+    args = parse_args()
+    result: dict[str, Any] = {
+        "threads": torch.get_num_threads(),
+        "k": args.k,
+        "options": vars(args),
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+    }
+    local, local_workers = engine_local(args)
+    with ExitStack() as stack:
+        addresses = start_workers(args, stack)
+        result["rounds"] = measure_rounds(args, local, *addresses)
+        result["end_to_end"] = measure_end_to_end(args, local, local_workers, addresses, stack)
+    print_summary(result)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -22,9 +22,9 @@ from transformers import Qwen3Config
 
 from benchmarks.shapes import SHAPES
 from model_runtime.config import ModelConfig
+from model_runtime.distributed import SINGLE_DEVICE
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.models.llama import Qwen3ForCausalLM
-from model_runtime.parallel import SINGLE_DEVICE
 from model_runtime.runner import ModelRunner, SequenceChunk
 
 

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from benchmarks.grpc_overhead import Timed, round_ms
+from router.clients import close_worker
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
-from router.pool import close_worker
-from router.workers import build_local_workers
+from specserve.local_workers import build_local_workers
 
 PROMPTS = [
     "def fibonacci(n):",
@@ -58,14 +58,14 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def measure(args: argparse.Namespace, tp: int) -> dict[str, Any]:
-    config = EngineConfig(
-        model=args.target,
-        speculative=SpeculativeConfig(args.draft, args.k),
+    config = EngineConfig.of(
+        args.target,
+        SpeculativeConfig(args.draft, args.k),
         dtype=args.dtype,
         max_model_len=args.max_model_len,
         tensor_parallel_size=tp,
         distributed_executor_backend="mp" if tp > 1 else None,
-        num_kv_blocks_override=args.num_kv_blocks,
+        num_kv_blocks=args.num_kv_blocks,
         log_stats_interval_s=None,
     )
     workers = build_local_workers(config)

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from router.launch import ServiceProcess, free_port
+from specserve.launch import ServiceProcess, free_port
 
 DNS = "dns:///"
 

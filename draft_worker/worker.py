@@ -16,17 +16,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
-from protos.local_worker import LocalWorker
-from protos.messages import OK, Proposal, ProposeRequest
+from model_runtime.status import OK
+from protos.messages import Proposal, ProposeRequest
+from worker_base.local_worker import LocalWorker
 
 
 @dataclass(frozen=True)
 class DraftWorkerConfig:
     top_n: int = field(default=32, metadata={"help": "tokens of q shipped per draft position"})
-    seed: int = 0  # for requests without a seed of their own
+    seed: int = field(default=0, metadata={"help": "seed for requests without one"})
 
     def __post_init__(self) -> None:
         if self.top_n < 1:

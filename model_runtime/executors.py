@@ -21,62 +21,14 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+from model_runtime.config import ModelConfig
 from model_runtime.errors import WorkerUnavailableError
-from model_runtime.rank import Rank, RankConfig, rendezvous_address
-
-BACKENDS = ("mp", "ray")
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    """How a model is split over ranks, and where the ranks run."""
-
-    tensor_parallel_size: int = field(
-        default=1, metadata={"help": "ranks (GPUs) the model is split over", "aliases": ["-tp"]}
-    )
-    distributed_executor_backend: str | None = field(
-        default=None,
-        metadata={
-            "help": "where the ranks run: mp (processes on this machine) or ray; "
-            "default: ray when tensor_parallel_size > 1",
-            "choices": list(BACKENDS),
-        },
-    )
-    ray_address: str | None = field(
-        default=None,
-        metadata={"help": "join this Ray cluster (auto: the one `ray start` made on this node)"},
-    )
-    placement_timeout_s: float = field(
-        default=60.0, metadata={"help": "how long to wait for Ray to place the ranks"}
-    )
-
-    def __post_init__(self) -> None:
-        if self.tensor_parallel_size < 1:
-            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
-        backend = self.distributed_executor_backend
-        if backend is not None and backend not in BACKENDS:
-            raise ValueError(f"distributed_executor_backend must be mp or ray, got {backend!r}")
-        if self.ray_address and backend == "mp":
-            raise ValueError("ray_address needs the ray executor backend, not mp")
-
-    @property
-    def uses_executor(self) -> bool:
-        """Whether the model runs as ranks of an executor (else in this process)."""
-        return (
-            self.tensor_parallel_size > 1
-            or self.distributed_executor_backend is not None
-            or self.ray_address is not None
-        )
-
-    @property
-    def backend(self) -> str:
-        if self.distributed_executor_backend is not None:
-            return self.distributed_executor_backend
-        return "ray" if self.ray_address or self.tensor_parallel_size > 1 else "mp"
+from model_runtime.rank import Rank, RankConfig, WorkerFactory, rendezvous_address
+from model_runtime.resolve import resolve_model
+from model_runtime.specs import ParallelConfig, RunnerSpec
 
 
 class PlacementError(RuntimeError):
@@ -130,7 +82,7 @@ class MpExecutor:
             process = context.Process(
                 target=_serve_rank,
                 args=(child, config, rank, init_method),
-                name=f"target-rank-{rank}",
+                name=f"{config.name}-rank-{rank}",
                 daemon=True,
             )
             process.start()
@@ -232,7 +184,7 @@ class RayExecutor:
         if not ray.is_initialized():
             ray.init(address=ray_address, log_to_driver=False, include_dashboard=False)
         size = config.tensor_parallel_size
-        gpu = _wants_gpu(config.device, ray.cluster_resources())
+        gpu = _wants_gpu(config.runner.device, ray.cluster_resources())
         bundle = {"GPU": 1.0, "CPU": 1.0} if gpu else {"CPU": 1.0}
         self.placement_group: Any = placement_group([bundle] * size, strategy=strategy)
         self._remove_group: Callable[[Any], None] = remove_placement_group
@@ -307,8 +259,15 @@ def _wants_gpu(device: str, resources: dict[str, float]) -> bool:
     return device.startswith("cuda")
 
 
-def start_executor(config: RankConfig, parallel: ParallelConfig) -> RankExecutor:
-    """Start the ranks of one tensor-parallel worker where ``parallel`` says."""
+def start_executor(
+    runner: RunnerSpec, parallel: ParallelConfig, build_worker: WorkerFactory, name: str
+) -> RankExecutor:
+    """Start the ranks of one tensor-parallel worker (a ``name`` worker built by
+    ``build_worker`` on each rank) where ``parallel`` says. A size that does not
+    split the model is refused here, before any process starts."""
+    folder = resolve_model(runner.model, runner.revision)
+    ModelConfig.from_pretrained(folder).check_tensor_parallel(parallel.tensor_parallel_size)
+    config = RankConfig(runner, parallel.tensor_parallel_size, build_worker, name)
     if parallel.backend == "mp":
         return MpExecutor(config)
     return RayExecutor(config, parallel.ray_address, parallel.placement_timeout_s)

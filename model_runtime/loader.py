@@ -11,10 +11,10 @@ from torch import nn
 
 from model_runtime.checkpoint import iterate_tensors
 from model_runtime.config import ModelConfig, resolve_dtype
+from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.errors import CheckpointError
 from model_runtime.layers.linear import copy_checked
 from model_runtime.models.llama import MODELS, LlamaForCausalLM
-from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
 
 # Checkpoint tensors that carry nothing we need (older Llama checkpoints store
 # the rotary frequencies; we compute them).

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.layers.attention import AttentionMetadata, ForwardContext, causal_masks
-from model_runtime.loader import load_model
 from model_runtime.models.llama import LlamaForCausalLM
-from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.status import OK, SequenceStatus, StatusCode
 
 
@@ -66,31 +63,6 @@ class ModelRunner:
         self.device = model.lm_head.weight.device
         self.vocab_size = model.config.vocab_size
         self._windows = set(model.config.sliding_windows)
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        folder: str | Path,
-        num_blocks: int,
-        block_size: int = 16,
-        dtype: str | torch.dtype = "auto",
-        device: str | torch.device = "cpu",
-        max_model_len: int | None = None,
-        tp: TensorParallelGroup = SINGLE_DEVICE,
-    ) -> ModelRunner:
-        model = load_model(folder, dtype, device, tp, max_model_len)
-        config = model.config
-        max_positions = max_model_len or config.max_position_embeddings
-        kv_cache = PagedKVCache(
-            config.num_hidden_layers,
-            model.num_kv_heads_per_rank,
-            config.head_dim,
-            num_blocks,
-            block_size,
-            model.lm_head.weight.dtype,
-            device,
-        )
-        return cls(model, kv_cache, max_positions)
 
     @torch.inference_mode()
     def forward(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:

@@ -7,7 +7,6 @@ import torch
 
 from model_runtime.kv_cache import PagedKVCache, blocks_for
 from model_runtime.models.llama import LlamaForCausalLM
-from model_runtime.runner import ModelRunner
 
 # Kept free on a GPU for activations and the sampler's [rows, vocab] tensors.
 GPU_ACTIVATION_RESERVE = 2 << 30
@@ -59,20 +58,3 @@ def num_kv_blocks(
             "max_model_len"
         )
     return int(blocks)
-
-
-def runner_for(
-    model: LlamaForCausalLM, num_blocks: int, block_size: int, device: torch.device
-) -> ModelRunner:
-    """A ModelRunner with its own cache of ``num_blocks`` blocks."""
-    c = model.config
-    cache = PagedKVCache(
-        c.num_hidden_layers,
-        model.num_kv_heads_per_rank,
-        c.head_dim,
-        num_blocks,
-        block_size,
-        model.lm_head.weight.dtype,
-        device,
-    )
-    return ModelRunner(model, cache, c.max_position_embeddings)

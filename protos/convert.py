@@ -8,19 +8,19 @@ from collections.abc import Sequence
 
 import torch
 
+from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
+from model_runtime.status import SequenceStatus, StatusCode
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
 from protos.messages import (
     Proposal,
     ProposeRequest,
-    SequenceStatus,
     SequenceTokens,
-    StatusCode,
-    TokenLogprob,
     VerifyOutput,
     VerifyRequest,
+    WorkerInfo,
 )
 
 
@@ -72,11 +72,28 @@ def tokens_from_proto(m: pb.SequenceTokens) -> SequenceTokens:
 
 
 def status_to_proto(s: SequenceStatus) -> pb.SequenceStatus:
-    return pb.SequenceStatus(code=int(s.code), message=s.message)  # type: ignore[arg-type]
+    return pb.SequenceStatus(code=s.code.name, message=s.message)
 
 
 def status_from_proto(m: pb.SequenceStatus) -> SequenceStatus:
     return SequenceStatus(StatusCode(m.code), m.message)
+
+
+def worker_info_to_proto(info: WorkerInfo) -> pb.WorkerInfo:
+    return pb.WorkerInfo(
+        model=info.model,
+        vocab_size=info.vocab_size,
+        max_model_len=info.max_model_len,
+        block_size=info.block_size,
+        num_blocks=info.num_blocks,
+        num_free_blocks=info.num_free_blocks,
+    )
+
+
+def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
+    return WorkerInfo(
+        m.model, m.vocab_size, m.max_model_len, m.block_size, m.num_blocks, m.num_free_blocks
+    )
 
 
 def distributions_to_proto(

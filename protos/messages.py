@@ -12,25 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from model_runtime.errors import WorkerUnavailableError
 from model_runtime.logprobs import TokenLogprob
-from model_runtime.runner import ModelRunner
 from model_runtime.sampling import SamplingOptions
-from model_runtime.status import OK, SequenceStatus, StatusCode
-
-__all__ = [
-    "OK",
-    "Proposal",
-    "ProposeRequest",
-    "SequenceStatus",
-    "SequenceTokens",
-    "StatusCode",
-    "TokenLogprob",
-    "VerifyOutput",
-    "VerifyRequest",
-    "WorkerInfo",
-    "WorkerUnavailableError",
-]
+from model_runtime.status import SequenceStatus
 
 
 @dataclass(frozen=True)
@@ -89,15 +73,3 @@ class WorkerInfo:
     block_size: int
     num_blocks: int
     num_free_blocks: int
-
-    @classmethod
-    def of(cls, runner: ModelRunner, model: str) -> WorkerInfo:
-        cache = runner.kv_cache
-        return cls(
-            model=model,
-            vocab_size=runner.vocab_size,
-            max_model_len=runner.max_positions,
-            block_size=cache.block_size,
-            num_blocks=cache.num_blocks,
-            num_free_blocks=cache.num_free_blocks,
-        )

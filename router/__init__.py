@@ -1,2 +1,4 @@
-"""The router: requests, tokenization, the round scheduler, worker clients,
-the OpenAI gateway, the offline engine and the command line."""
+"""The engine: requests and their sequences, the round scheduler, the drafter
+and verifier over the worker pools, worker clients (the interface, and its
+gRPC transport), draft-pool discovery, the engine loop and the Router gRPC
+service. It reaches workers only through ``router.clients``."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from model_runtime.executors import ParallelConfig
+from model_runtime.specs import ParallelConfig, RunnerSpec
 
 SPECULATIVE_KEYS = (
     "model",
@@ -79,23 +79,15 @@ class SpeculativeConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Everything the in-process engine is built from."""
+    """Everything an engine is built from: the target's runner (the draft's is
+    the same but for the model), how the target splits over ranks, and the
+    engine's own knobs. ``of`` takes vLLM's flat keyword arguments."""
 
-    model: str
+    runner: RunnerSpec
     speculative: SpeculativeConfig | None = None
-    max_model_len: int | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    seed: int = 0
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9
-    cpu_memory_bytes: int = 4 << 30  # weights and KV caches together, on CPUs
-    max_num_seqs: int = 256
-    draft_top_n: int = 32
-    tensor_parallel_size: int = 1
-    distributed_executor_backend: str | None = None  # mp or ray; default ray when tp > 1
-    ray_address: str | None = None  # a running Ray cluster to place the target's ranks on
-    num_kv_blocks_override: int | None = None  # skip the memory budget (tests, benchmarks)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    seed: int = 0  # for requests without a seed of their own
+    draft_top_n: int = 32  # tokens of each draft distribution q that are shipped
     # Keep two micro-batches in flight: draft one while verifying the other.
     # Pays off when draft and target run on different devices or hosts.
     overlap: bool = False
@@ -105,25 +97,55 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.log_stats_interval_s is not None and self.log_stats_interval_s < 0:
             raise ValueError(f"log_stats_interval_s must be >= 0, got {self.log_stats_interval_s}")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
-            )
-        for name in ("block_size", "max_num_seqs", "draft_top_n", "cpu_memory_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
-        _ = self.parallel  # validates the tensor-parallel fields
+        if self.draft_top_n < 1:
+            raise ValueError(f"draft_top_n must be >= 1, got {self.draft_top_n}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
 
     @property
-    def parallel(self) -> ParallelConfig:
-        return ParallelConfig(
-            self.tensor_parallel_size, self.distributed_executor_backend, self.ray_address
+    def model(self) -> str:
+        return self.runner.model
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The longest sequence asked for: the smaller of the runner's and the
+        speculative config's max_model_len (None: the target model's own)."""
+        spec = self.speculative
+        requested = [n for n in (self.runner.max_model_len, spec and spec.max_model_len) if n]
+        return min(requested) if requested else None
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return self.speculative.num_speculative_tokens if self.speculative else 0
+
+    @classmethod
+    def of(
+        cls, model: str, speculative: SpeculativeConfig | None = None, **options: Any
+    ) -> EngineConfig:
+        """The config from vLLM-style flat arguments (``max_model_len=...``,
+        ``tensor_parallel_size=...``): each goes to the config that holds it;
+        TypeError names any that none holds."""
+        parts: dict[type, dict[str, Any]] = {RunnerSpec: {}, ParallelConfig: {}, cls: {}}
+        for name, value in options.items():
+            owner = next((c for c in parts if name in _settable(c)), None)
+            if owner is None:
+                raise TypeError(f"unknown engine argument: {name}")
+            parts[owner][name] = value
+        return cls(
+            runner=RunnerSpec(model=model, **parts[RunnerSpec]),
+            speculative=speculative,
+            parallel=ParallelConfig(**parts[ParallelConfig]),
+            **parts[cls],
         )
 
     @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
+    def argument_names(cls) -> set[str]:
+        """The flat arguments ``of`` takes besides model and speculative."""
+        return _settable(RunnerSpec) | _settable(ParallelConfig) | _settable(cls)
+
+
+def _settable(config: type) -> set[str]:
+    """The fields of a config a user sets by name (nested configs and the
+    runner's internal fields excluded)."""
+    internal = {"model", "runner", "speculative", "parallel", "lookahead_tokens"}
+    return {f.name for f in fields(config)} - internal

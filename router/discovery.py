@@ -21,8 +21,10 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Generic
 
-from protos.messages import WorkerInfo, WorkerUnavailableError
-from router.pool import W, WorkerPool, close_worker
+from model_runtime.errors import WorkerUnavailableError
+from protos.messages import WorkerInfo
+from router.clients import close_worker
+from router.pool import W, WorkerPool
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from protos.messages import Proposal, ProposeRequest, SequenceTokens, StatusCode
-from router.clients import DraftClient, WorkerUnavailableError
+from model_runtime.errors import WorkerUnavailableError
+from model_runtime.status import StatusCode
+from protos.messages import Proposal, ProposeRequest, SequenceTokens
+from router.clients import DraftClient
 from router.pool import WorkerPool
 from router.sequence import SequenceState
 

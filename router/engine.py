@@ -1,13 +1,14 @@
-"""The in-process engine: requests in, speculation rounds over a continuous
-batch, finished completions out.
+"""The engine: requests in, speculation rounds over a continuous batch,
+finished completions out, over worker clients in this process or over gRPC.
 
 Each ``step`` admits waiting sequences while a target worker's KV cache has
 room, placing each on the least-loaded target (where its KV then lives) and
 prefilling it there; then it runs one round for every running sequence: each
 draft worker proposes k tokens for its share of the batch, each target worker
-verifies its share in one forward, and each sequence gains 1..k+1 tokens.
-Sequences that finish leave at once; a sequence that cannot grow is preempted
-(its KV freed on both workers) and recomputed from its tokens later.
+verifies its share in one forward (``router.drafting``, ``router.verifying``),
+and each sequence gains 1..k+1 tokens. Sequences that finish leave at once; a
+sequence that cannot grow is preempted (its KV freed on both workers) and
+recomputed from its tokens later.
 
 Draft workers are interchangeable: a sequence whose draft worker is lost moves
 to another and is re-prefilled there from its tokens; with none reachable a
@@ -20,29 +21,23 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from model_runtime.errors import WorkerUnavailableError
 from model_runtime.kv_cache import blocks_for
-from protos.messages import (
-    SequenceTokens,
-    StatusCode,
-    TokenLogprob,
-    VerifyOutput,
-    VerifyRequest,
-)
-from router.clients import WorkerUnavailableError
+from model_runtime.logprobs import TokenLogprob
+from model_runtime.status import StatusCode
+from protos.messages import VerifyOutput, VerifyRequest
 from router.config import EngineConfig
-from router.detokenizer import IncrementalDetokenizer
 from router.drafting import Draft, Drafter
-from router.metrics import EngineStats, SpeculationMetrics
+from router.metrics import EngineStats, SpeculationMetrics, StatsLog
 from router.params import SamplingParams
 from router.pool import WorkerPool
-from router.sequence import SequenceState, check_prompt
-from router.workers import Workers, build_local_workers
+from router.sequence import SequenceState, check_prompt, new_sequences
+from router.verifying import Verifier
+from router.workers import Workers
 
 logger = logging.getLogger(__name__)
 
@@ -52,25 +47,26 @@ PROBE_S = 0.05
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, workers: Workers | None = None):
+    def __init__(self, config: EngineConfig, workers: Workers):
+        """An engine over ``workers`` (in-process workers or gRPC clients: the
+        caller builds them; ``specserve`` assembles in-process ones)."""
         self.config = config
-        self.workers = workers or build_local_workers(config)
+        self.workers = workers
         self.tokenizer = self.workers.tokenizer
         self.max_model_len = self.workers.max_model_len
-        self.k = config.speculative.num_speculative_tokens if config.speculative else 0
+        self.k = config.num_speculative_tokens
         self.metrics = SpeculationMetrics(self.k)
         self.targets = WorkerPool(self.workers.targets, "target", RETRY_S, PROBE_S)
         self.drafts = WorkerPool(self.workers.drafts, "draft", RETRY_S, PROBE_S)
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
-        self._verify_pool = ThreadPoolExecutor(max(1, len(self.targets)), "verify")
+        self.verifier = Verifier(self.targets, self.max_model_len)
         self._turn = 0  # the micro-batch to verify next, with overlap
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
         self._seq_ids = itertools.count(secrets.randbits(56))
-        self._last_log = time.monotonic()
-        self._tokens_since_log = 0
+        self.stats_log = StatsLog(config.log_stats_interval_s, self.metrics)
 
     @property
     def speculating(self) -> bool:
@@ -94,34 +90,17 @@ class LLMEngine:
             num_running=len(self.running),
             num_waiting=len(self.waiting),
             kv_cache_usage=used / total if total else 0.0,
-            speculation=replace(
-                self.metrics, accepted_per_position=list(self.metrics.accepted_per_position)
-            ),
+            speculation=self.metrics.copy(),
         )
-
-    # ------------------------------------------------------------------ requests
 
     def add_request(
         self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams
     ) -> list[SequenceState]:
         """Queue ``params.n`` completions of a tokenized prompt; return their states."""
         self.check_prompt(request_id, prompt_ids)
-        states = [
-            SequenceState(
-                seq_id=next(self._seq_ids),
-                request_id=request_id,
-                index=i,
-                prompt_ids=list(prompt_ids),
-                params=params,
-                options=params.options(i),
-                detokenizer=IncrementalDetokenizer(
-                    self.tokenizer, prompt_ids, params.skip_special_tokens
-                ),
-                eos_token_id=self.tokenizer.eos_token_id,
-                max_model_len=self.max_model_len,
-            )
-            for i in range(params.n)
-        ]
+        states = new_sequences(
+            self._seq_ids, request_id, prompt_ids, params, self.tokenizer, self.max_model_len
+        )
         self.waiting.extend(states)
         return states
 
@@ -139,7 +118,10 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    # ---------------------------------------------------------------- scheduling
+    def close(self) -> None:
+        """Stop the threads that call workers (the workers themselves stay)."""
+        self.drafter.close()
+        self.verifier.close()
 
     def step(self) -> list[SequenceState]:
         """Admit and prefill, then run one round; return the sequences that finished
@@ -154,7 +136,7 @@ class LLMEngine:
             self._make_room()
         if self.running:
             self._round(finished)
-        self._maybe_log()
+        self.stats_log.maybe_log(len(self.running), len(self.waiting))
         return finished
 
     def _on(self, target: int) -> list[SequenceState]:
@@ -169,10 +151,8 @@ class LLMEngine:
         )
 
     def _smaller_micro_batch(self) -> int:
-        counts = [0, 0]
-        for s in self.running:
-            counts[s.micro_batch] += 1
-        return 0 if counts[0] <= counts[1] else 1
+        in_first = sum(s.micro_batch == 0 for s in self.running)
+        return 0 if 2 * in_first <= len(self.running) else 1
 
     def _room(self, target: int) -> int:
         worker = self.workers.targets[target]
@@ -182,7 +162,7 @@ class LLMEngine:
         room = {t: self._room(t) for t in targets}
         placed: dict[int, list[SequenceState]] = {t: [] for t in targets}
         admitted = 0
-        while self.waiting and len(self.running) + admitted < self.config.max_num_seqs:
+        while self.waiting and len(self.running) + admitted < self.config.runner.max_num_seqs:
             need = self._growth_blocks([self.waiting[0]])
             target = max(targets, key=lambda t: room[t])  # the least loaded
             if need > room[target]:
@@ -200,11 +180,9 @@ class LLMEngine:
     def _prefill(
         self, target: int, seqs: list[SequenceState], finished: list[SequenceState]
     ) -> None:
-        requests = [VerifyRequest(SequenceTokens(s.seq_id, 0, s.all_ids), s.options) for s in seqs]
-        try:
-            outputs = self.workers.targets[target].prefill(requests)
-        except WorkerUnavailableError as e:
-            self.targets.lose(target, e)
+        outputs = self.verifier.prefill(target, seqs)
+        if isinstance(outputs, WorkerUnavailableError):
+            self.targets.lose(target, outputs)
             for seq in seqs:  # nothing of theirs was there yet: place them again
                 seq.reset_workers()
             self.waiting.extendleft(reversed(seqs))
@@ -256,50 +234,15 @@ class LLMEngine:
     def _verify_all(
         self, seqs: list[SequenceState], drafts: dict[int, Draft], finished: list[SequenceState]
     ) -> None:
-        """Verify every sequence on its target worker; the workers run at the same time."""
-        groups = {t: [s for s in seqs if s.target_worker == t] for t in range(len(self.targets))}
-        batches = {t: self._verify_requests(g, drafts) for t, g in groups.items() if g}
-        if len(batches) > 1:
-            futures = {
-                t: self._verify_pool.submit(self._call_verify, t, b) for t, b in batches.items()
-            }
-            results = {t: f.result() for t, f in futures.items()}
-        else:
-            results = {t: self._call_verify(t, b) for t, b in batches.items()}
-        for target, outputs in results.items():
-            seqs_t, requests = groups[target], batches[target]
-            if isinstance(outputs, WorkerUnavailableError):
-                self.targets.lose(target, outputs)
-                self._fail(seqs_t, f"target worker {target} was lost: {outputs}", finished)
+        """Verify every sequence on its target worker and apply what comes back."""
+        for share in self.verifier.verify(seqs, drafts):
+            if isinstance(share.outputs, WorkerUnavailableError):
+                self.targets.lose(share.target, share.outputs)
+                lost = f"target worker {share.target} was lost: {share.outputs}"
+                self._fail(share.seqs, lost, finished)
                 continue
-            for seq, req, out in zip(seqs_t, requests, outputs, strict=True):
+            for seq, req, out in zip(share.seqs, share.requests, share.outputs, strict=True):
                 self._apply_verify(seq, req, out, seq.seq_id in drafts, finished)
-
-    def _verify_requests(
-        self, seqs: list[SequenceState], drafts: dict[int, Draft]
-    ) -> list[VerifyRequest]:
-        requests = []
-        for s in seqs:
-            tokens, ids, probs = drafts.get(s.seq_id, ([], None, None))
-            k = max(0, min(len(tokens), self.max_model_len - s.num_tokens - 1))  # never past it
-            requests.append(
-                VerifyRequest(
-                    SequenceTokens(s.seq_id, s.target_cached, s.all_ids[s.target_cached :]),
-                    s.options,
-                    tokens[:k],
-                    None if ids is None else ids[:k],
-                    None if probs is None else probs[:k],
-                )
-            )
-        return requests
-
-    def _call_verify(
-        self, target: int, requests: list[VerifyRequest]
-    ) -> list[VerifyOutput] | WorkerUnavailableError:
-        try:
-            return self.workers.targets[target].verify(requests)
-        except WorkerUnavailableError as e:
-            return e
 
     def _apply_verify(
         self,
@@ -320,9 +263,7 @@ class LLMEngine:
             # The draft holds the tokens and its first k-1 drafts; keep what was accepted.
             seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
         if k:
-            seq.counts.num_drafts += 1
-            seq.counts.num_draft_tokens += k
-            seq.counts.num_accepted_tokens += out.num_accepted_drafts
+            seq.counts.record(k, out.num_accepted_drafts)
             self.metrics.record(k, out.num_accepted_drafts)
         self._append(seq, out.token_ids, out.logprobs, finished)
 
@@ -335,7 +276,7 @@ class LLMEngine:
     ) -> None:
         before = len(seq.output_ids)
         seq.append(tokens, logprobs)
-        self._tokens_since_log += len(seq.output_ids) - before
+        self.stats_log.count(len(seq.output_ids) - before)
         if seq.finished:
             self.running.remove(seq)
             self._release(seq)
@@ -354,19 +295,3 @@ class LLMEngine:
             self.workers.targets[seq.target_worker].release([seq.seq_id])
         if self.drafts.is_member(seq.draft_worker):
             self.drafts.workers[seq.draft_worker].release([seq.seq_id])
-
-    def _maybe_log(self) -> None:
-        """Log throughput and the speculation counters every log_stats_interval_s."""
-        interval = self.config.log_stats_interval_s
-        now = time.monotonic()
-        if interval is None or now - self._last_log < interval:
-            return
-        rate = self._tokens_since_log / max(now - self._last_log, 1e-9)
-        logger.info(
-            "running %d, waiting %d, generation %.1f tokens/s%s",
-            len(self.running),
-            len(self.waiting),
-            rate,
-            f"; {self.metrics.summary()}" if self.k else "",
-        )
-        self._last_log, self._tokens_since_log = now, 0

@@ -114,7 +114,7 @@ class EngineLoop:
         self._stopped.set()
         self._commands.put(None)
         self._thread.join(timeout=30)
-        self.engine.drafter.close()
+        self.engine.close()
 
     def _apply(self, command: _Add | _Abort | _Look | None) -> None:
         if isinstance(command, _Look):

@@ -1,13 +1,17 @@
-"""Speculation counters, as vLLM reports them."""
+"""Speculation counters as vLLM reports them, the engine's state for
+Prometheus, and the periodic statistics log line."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +35,9 @@ class SpeculationMetrics:
         self.num_accepted_tokens += num_accepted
         for position in range(num_accepted):
             self.accepted_per_position[position] += 1
+
+    def copy(self) -> SpeculationMetrics:
+        return replace(self, accepted_per_position=list(self.accepted_per_position))
 
     @property
     def acceptance_rate(self) -> float:
@@ -115,30 +122,31 @@ class EngineCollector(Collector):
         yield per_position
 
 
-class GatewayMetrics:
-    """Request counts and latencies of the HTTP gateway, in its own registry."""
+class StatsLog:
+    """Logs throughput and the speculation counters every ``interval_s`` seconds
+    (never when it is None)."""
 
-    def __init__(self, stats: Callable[[], EngineStats]):
-        self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(stats))
-        self.requests = Counter(
-            "specserve_request",
-            "finished HTTP requests",
-            ["endpoint", "status"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "specserve_e2e_request_latency_seconds", "request latency", registry=self.registry
-        )
-        self.ttft = Histogram(
-            "specserve_time_to_first_token_seconds", "time to first token", registry=self.registry
-        )
-        self.itl = Histogram(
-            "specserve_inter_token_latency_seconds",
-            "time between tokens after the first",
-            registry=self.registry,
-            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
-        )
+    def __init__(self, interval_s: float | None, metrics: SpeculationMetrics):
+        self.interval_s = interval_s
+        self.metrics = metrics
+        self._last = time.monotonic()
+        self._tokens = 0
 
-    def text(self) -> bytes:
-        return generate_latest(self.registry)
+    def count(self, num_tokens: int) -> None:
+        """``num_tokens`` more tokens were generated."""
+        self._tokens += num_tokens
+
+    def maybe_log(self, num_running: int, num_waiting: int) -> None:
+        now = time.monotonic()
+        if self.interval_s is None or now - self._last < self.interval_s:
+            return
+        rate = self._tokens / max(now - self._last, 1e-9)
+        speculation = self.metrics.num_speculative_tokens
+        logger.info(
+            "running %d, waiting %d, generation %.1f tokens/s%s",
+            num_running,
+            num_waiting,
+            rate,
+            f"; {self.metrics.summary()}" if speculation else "",
+        )
+        self._last, self._tokens = now, 0

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
 from protos.messages import WorkerInfo
+from router.clients import close_worker
 
 logger = logging.getLogger(__name__)
 
@@ -115,10 +116,3 @@ class WorkerPool(Generic[W]):
         self.infos.append(info)
         self.workers.append(worker)
         self.addresses.append(address)
-
-
-def close_worker(worker: object) -> None:
-    """Close a worker client that has a ``close`` (in-process workers have none)."""
-    close = getattr(worker, "close", None)
-    if close is not None:
-        close()

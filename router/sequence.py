@@ -3,8 +3,10 @@ tokens, what each worker holds of them, its text, and when it stops."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+
+from transformers import PreTrainedTokenizerBase
 
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
@@ -17,6 +19,12 @@ class SpeculationCounts:
     num_drafts: int = 0  # rounds that verified at least one draft
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+
+    def record(self, num_draft_tokens: int, num_accepted: int) -> None:
+        """A round verified ``num_draft_tokens`` drafts and accepted ``num_accepted``."""
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted
 
 
 @dataclass
@@ -95,6 +103,31 @@ class SequenceState:
                 self.stop_reason = stop
                 return True
         return False
+
+
+def new_sequences(
+    seq_ids: Iterator[int],
+    request_id: str,
+    prompt_ids: Sequence[int],
+    params: SamplingParams,
+    tokenizer: PreTrainedTokenizerBase,
+    max_model_len: int,
+) -> list[SequenceState]:
+    """The ``params.n`` completions of one prompt, each with the next id of ``seq_ids``."""
+    return [
+        SequenceState(
+            seq_id=next(seq_ids),
+            request_id=request_id,
+            index=i,
+            prompt_ids=list(prompt_ids),
+            params=params,
+            options=params.options(i),
+            detokenizer=IncrementalDetokenizer(tokenizer, prompt_ids, params.skip_special_tokens),
+            eos_token_id=tokenizer.eos_token_id,
+            max_model_len=max_model_len,
+        )
+        for i in range(params.n)
+    ]
 
 
 def check_prompt(

@@ -11,19 +11,20 @@ from functools import partial
 import grpc
 from prometheus_client import CollectorRegistry, start_http_server
 
+from model_runtime.specs import RunnerSpec
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
-from protos.serving import (
+from protos.server import (
     NOT_SERVING,
     SERVING,
     RunningServer,
     serve_until_signalled,
     start_server,
 )
-from router.clients import GrpcDraftClient
 from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
+from router.grpc_clients import GrpcDraftClient
 from router.loop import Delta, EngineLoop
 from router.metrics import EngineCollector
 from router.wire import delta_to_response, params_from_request, router_info
@@ -65,8 +66,11 @@ class RouterService(router_pb2_grpc.RouterServicer):
             self.loop.submit(request_id, prompt_ids, params_from_request(request), events.put)
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        # A client that goes away aborts its request and frees its KV.
-        context.add_callback(lambda: self.loop.abort(request_id))
+
+        def abort() -> None:  # a client that goes away aborts its request and frees its KV
+            self.loop.abort(request_id)
+
+        context.add_callback(abort)
         first = True
         while True:
             delta = events.get()
@@ -165,13 +169,14 @@ def serve(config: RouterConfig) -> None:
     """Run the router until SIGTERM."""
     drafts, names = split_addresses(config.addresses(config.draft_workers))
     k = config.num_speculative_tokens if drafts or names else 0
-    workers = build_remote_workers(config.addresses(config.target_workers), drafts, k)
+    workers = build_remote_workers(config.addresses(config.target_workers), drafts)
     spec = None
     if k:  # the model is a draft worker's; found later when only names are given
         spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
     engine = LLMEngine(
         EngineConfig(
-            model=workers.target.describe().model,
+            # The target workers hold the runners; the spec only names their model.
+            runner=RunnerSpec(model=workers.target.describe().model),
             speculative=spec,
             overlap=config.overlap,
             log_stats_interval_s=None if config.disable_log_stats else config.log_stats_interval_s,

@@ -1,3 +1,3 @@
-from router.cli import run_command
+from specserve.cli import run_command
 
 run_command()

@@ -10,9 +10,10 @@ from tqdm.auto import tqdm
 
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
-from router.outputs import RequestOutput
 from router.params import SamplingParams
 from router.sequence import SequenceState
+from specserve.local_workers import build_local_workers
+from specserve.outputs import RequestOutput
 
 logger = logging.getLogger(__name__)
 
@@ -26,9 +27,11 @@ class LLM:
     Arguments follow vLLM's ``LLM``: ``model`` (a folder, a hub id or a bundled
     name), ``tensor_parallel_size``, ``speculative_config`` (``{"model": ...,
     "num_speculative_tokens": k, "method": "draft_model"}``), ``max_model_len``,
-    ``gpu_memory_utilization``, ``seed``, ``dtype``; plus ``device``,
-    ``cpu_memory_bytes`` (the byte budget for weights and KV caches on CPUs),
-    ``block_size``, ``max_num_seqs`` and ``draft_top_n``.
+    ``gpu_memory_utilization``, ``seed``, ``dtype``, ``revision``,
+    ``block_size``, ``max_num_seqs``, ``distributed_executor_backend``; plus
+    ``device``, ``cpu_memory_bytes`` (the byte budget for weights and KV caches
+    on CPUs), ``num_kv_blocks`` (a fixed KV cache size), ``ray_address``,
+    ``draft_top_n``, ``overlap`` and ``log_stats_interval_s``.
     """
 
     def __init__(
@@ -38,19 +41,16 @@ class LLM:
         speculative_config: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
-        unknown = sorted(set(kwargs) - EngineConfig.field_names())
+        unknown = sorted(set(kwargs) - EngineConfig.argument_names())
         if unknown:
             raise TypeError(f"LLM() got unknown arguments: {', '.join(unknown)}")
         speculative = (
             SpeculativeConfig.from_dict(speculative_config) if speculative_config else None
         )
-        self.config = EngineConfig(
-            model=model,
-            tensor_parallel_size=tensor_parallel_size,
-            speculative=speculative,
-            **kwargs,
+        self.config = EngineConfig.of(
+            model, speculative, tensor_parallel_size=tensor_parallel_size, **kwargs
         )
-        self.engine = LLMEngine(self.config)
+        self.engine = LLMEngine(self.config, build_local_workers(self.config))
         self._next_request = 0
 
     def get_tokenizer(self) -> Any:

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.logprobs import token_logprobs
-from model_runtime.parallel import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus
-from protos.local_worker import LocalWorker
 from protos.messages import VerifyOutput, VerifyRequest
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
@@ -30,12 +29,13 @@ from target_worker.rejection_sampler import (
     rejection_sample_reference,
     rejection_sample_triton,
 )
+from worker_base.local_worker import LocalWorker
 
 
 @dataclass(frozen=True)
 class TargetWorkerConfig:
     use_triton: bool | None = None  # None: on CUDA devices only
-    seed: int = 0  # for requests without a seed of their own
+    seed: int = field(default=0, metadata={"help": "seed for requests without one"})
 
     def __post_init__(self) -> None:
         if self.seed < 0:

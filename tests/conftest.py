@@ -10,12 +10,16 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # no hub is reachable; never try it
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from model_runtime.build import build_runner
 from model_runtime.random_checkpoint import save_random_checkpoint
+from model_runtime.runner import ModelRunner
+from model_runtime.specs import RunnerSpec
 
 # Each architecture with the settings that exercise its own code paths.
 ARCHITECTURES = {
@@ -65,3 +69,8 @@ def hf_logits(folder: Path, token_ids: list[int]) -> torch.Tensor:
 def random_tokens(n: int, seed: int, vocab_size: int = 512) -> list[int]:
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(1, vocab_size, (n,), generator=generator).tolist()
+
+
+def runner_of(folder: Path, num_blocks: int, **options: Any) -> ModelRunner:
+    """A runner of the checkpoint in ``folder`` with a cache of ``num_blocks`` blocks."""
+    return build_runner(RunnerSpec(str(folder), num_kv_blocks=num_blocks, **options))

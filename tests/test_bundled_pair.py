@@ -13,9 +13,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import specserve
-from model_runtime import CheckpointError, ModelRunner, SequenceChunk
+from model_runtime.errors import CheckpointError
 from model_runtime.resolve import BUNDLED_MODELS
-from router.generate import GenerateConfig, generate
+from model_runtime.runner import SequenceChunk
+from specserve.commands.generate import GenerateConfig, generate
+from tests.conftest import runner_of
 
 TARGET, DRAFT = "specserve/demo-target", "specserve/demo-draft"
 
@@ -77,7 +79,7 @@ def test_both_runtimes_give_the_same_logits(name: str) -> None:
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
         reference = hf(torch.tensor([tokens])).logits[0]
-    runner = ModelRunner.from_pretrained(folder, num_blocks=8, dtype="float32")
+    runner = runner_of(folder, num_blocks=8, dtype="float32")
     ours = runner.forward([SequenceChunk(1, tokens, num_logits=len(tokens))])
     assert (ours - reference).abs().max().item() < 1e-4
 
@@ -104,9 +106,7 @@ def test_the_draft_agrees_with_the_target_far_above_chance() -> None:
     tokens = sample_text(512)
     logits = {}
     for name in (TARGET, DRAFT):
-        runner = ModelRunner.from_pretrained(
-            specserve.resolve_model(name), num_blocks=40, dtype="float32"
-        )
+        runner = runner_of(specserve.resolve_model(name), num_blocks=40, dtype="float32")
         logits[name] = runner.forward([SequenceChunk(1, tokens, num_logits=len(tokens))])
     p, q = torch.softmax(logits[TARGET], -1), torch.softmax(logits[DRAFT], -1)
     greedy = (p.argmax(-1) == q.argmax(-1)).float().mean().item()

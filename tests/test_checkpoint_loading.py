@@ -11,15 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from model_runtime import (
-    CheckpointError,
-    ModelRunner,
-    SequenceChunk,
-    UnsupportedModelError,
-    load_model,
-)
+from model_runtime.errors import CheckpointError, UnsupportedModelError
+from model_runtime.loader import load_model
 from model_runtime.random_checkpoint import save_random_checkpoint
-from tests.conftest import hf_logits, random_tokens
+from model_runtime.runner import SequenceChunk
+from tests.conftest import hf_logits, random_tokens, runner_of
 
 
 @pytest.fixture
@@ -42,7 +38,7 @@ def test_a_checkpoint_in_two_shards_loads_with_the_same_logits(tmp_path: Path) -
     assert (folder / "model.safetensors.index.json").is_file()
     assert len(list(folder.glob("*.safetensors"))) >= 2
     tokens = random_tokens(12, seed=7)
-    runner = ModelRunner.from_pretrained(folder, num_blocks=8, dtype="float32")
+    runner = runner_of(folder, num_blocks=8, dtype="float32")
     logits = runner.forward([SequenceChunk(1, tokens, num_logits=12)])
     assert (logits - hf_logits(folder, tokens)).abs().max().item() < 1e-4
 

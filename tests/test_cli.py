@@ -144,8 +144,8 @@ def test_the_worker_and_router_commands_load_no_http_stack() -> None:
     """Workers and the router share the CLI with ``serve`` but not its HTTP
     server: they run where FastAPI and uvicorn are not installed."""
     code = (
-        "import sys, router.cli, router.service, target_worker.service, draft_worker.service\n"
-        "router.cli.build_parser()\n"
+        "import sys, specserve.cli, router.service, target_worker.service, draft_worker.service\n"
+        "specserve.cli.build_parser()\n"
         "loaded = {m.split('.')[0] for m in sys.modules}\n"
         "print(sorted(loaded & {'fastapi', 'uvicorn', 'starlette'}))"
     )

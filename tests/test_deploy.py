@@ -25,7 +25,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
-from router.cli import build_parser
+from specserve.cli import build_parser
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 OVERLAYS = ["qwen3-8b", "cpu-demo"]

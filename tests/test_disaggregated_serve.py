@@ -4,10 +4,12 @@ as separate processes talking gRPC on loopback, the gateway in front; and
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import grpc
@@ -15,8 +17,8 @@ import pytest
 
 from protos import router_pb2 as rpb
 from protos.router_pb2_grpc import RouterStub
-from router.launch import free_port, service
 from specserve import LLM, SamplingParams
+from specserve.launch import free_port, service
 from tests.test_openai_server import client, run_the_seeds_client_code, scrape
 
 PROMPT = "def fibonacci(n):"
@@ -51,6 +53,15 @@ def test_the_seeds_client_code_runs_through_separate_processes(
     disaggregated: tuple[str, str], stream: bool
 ) -> None:
     run_the_seeds_client_code(disaggregated[0], stream)
+
+
+def test_the_gateway_and_router_advertise_the_max_model_len_asked_for(
+    disaggregated: tuple[str, str],
+) -> None:
+    # The bundled target allows 2048 tokens; serve was started with --max_model_len 512.
+    (card,) = json.load(urllib.request.urlopen(f"{disaggregated[0]}/v1/models"))["data"]
+    assert card["max_model_len"] == 512
+    assert describe(disaggregated[1]).max_model_len == 512
 
 
 def test_output_and_logprobs_equal_the_in_process_engine(disaggregated: tuple[str, str]) -> None:

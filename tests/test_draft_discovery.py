@@ -16,15 +16,15 @@ from grpc_health.v1 import health_pb2
 
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
-from router.clients import GrpcDraftClient
 from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, resolve, split_addresses
 from router.engine import LLMEngine
-from router.launch import free_port, service
+from router.grpc_clients import GrpcDraftClient
 from router.params import SamplingParams
 from router.sequence import SequenceState
 from router.service import RouterConfig
 from router.workers import SameTokenizer, build_remote_workers
+from specserve.launch import free_port, service
 from tests.test_grpc_failures import speculation_health
 
 K = 4
@@ -59,10 +59,8 @@ class Answers:
 def engine_with_discovery(
     workers: dict[str, str], answers: Answers
 ) -> tuple[LLMEngine, Discovery[GrpcDraftClient]]:
-    remote = build_remote_workers([workers["target"]], [], K)
-    config = EngineConfig(
-        model="specserve/demo-target", speculative=SpeculativeConfig("dns:///" + NAME, K)
-    )
+    remote = build_remote_workers([workers["target"]], [])
+    config = EngineConfig.of("specserve/demo-target", SpeculativeConfig("dns:///" + NAME, K))
     engine = LLMEngine(config, remote)
     discovery = Discovery(
         engine.drafts,  # type: ignore[arg-type]
@@ -90,8 +88,8 @@ def members(engine: LLMEngine) -> list[str]:
 
 def target_only(workers: dict[str, str], prompts: list[str]) -> list[list[int]]:
     engine = LLMEngine(
-        EngineConfig(model="specserve/demo-target"),
-        build_remote_workers([workers["target"]], [], 0),
+        EngineConfig.of("specserve/demo-target"),
+        build_remote_workers([workers["target"]], []),
     )
     states = add(engine, prompts)
     while engine.has_unfinished():

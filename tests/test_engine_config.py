@@ -98,13 +98,13 @@ def test_bad_sampling_params_name_the_field(kwargs: dict, message: str) -> None:
 
 def test_engine_config_validates_its_fields() -> None:
     with pytest.raises(ValueError, match="gpu_memory_utilization must be in"):
-        EngineConfig(model="m", gpu_memory_utilization=1.5)
+        EngineConfig.of("m", gpu_memory_utilization=1.5)
     with pytest.raises(ValueError, match="tensor_parallel_size must be >= 1"):
-        EngineConfig(model="m", tensor_parallel_size=0)
+        EngineConfig.of("m", tensor_parallel_size=0)
     with pytest.raises(ValueError, match="distributed_executor_backend must be mp or ray"):
-        EngineConfig(model="m", distributed_executor_backend="threads")
+        EngineConfig.of("m", distributed_executor_backend="threads")
     with pytest.raises(ValueError, match="ray_address needs the ray executor backend"):
-        EngineConfig(model="m", distributed_executor_backend="mp", ray_address="auto")
+        EngineConfig.of("m", distributed_executor_backend="mp", ray_address="auto")
 
 
 def test_a_prompt_longer_than_the_context_is_refused() -> None:

@@ -9,16 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_runtime import ModelRunner, SequenceChunk
-from tests.conftest import random_tokens
+from model_runtime.runner import SequenceChunk
+from tests.conftest import random_tokens, runner_of
 
 
 # Mistral has a sliding window, Qwen3 q/k norms: both paths must stay traceable.
 @pytest.mark.parametrize("arch", ["MistralForCausalLM", "Qwen3ForCausalLM"])
 def test_verify_step_compiles_without_graph_breaks(checkpoints: dict[str, Path], arch: str) -> None:
-    runner = ModelRunner.from_pretrained(
-        checkpoints[arch], num_blocks=32, block_size=4, dtype="float32"
-    )
+    runner = runner_of(checkpoints[arch], num_blocks=32, block_size=4, dtype="float32")
     runner.forward([SequenceChunk(1, random_tokens(9, 1)), SequenceChunk(2, random_tokens(5, 2))])
     batch = runner.prepare([SequenceChunk(1, [3, 4, 5], 3), SequenceChunk(2, [6, 7, 8], 3)])
 

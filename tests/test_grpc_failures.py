@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import common_pb2 as pb
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
-from router.launch import free_port, service
+from specserve.launch import free_port, service
 
 ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--num-kv-blocks", "1024")
 

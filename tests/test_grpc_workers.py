@@ -20,10 +20,10 @@ from protos import draft_worker_pb2_grpc, router_pb2_grpc, target_worker_pb2_grp
 from protos import router_pb2 as rpb
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
-from router.launch import service
 from router.params import SamplingParams
 from router.workers import build_remote_workers
 from specserve import LLM
+from specserve.launch import service
 
 K = 4
 PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]
@@ -41,10 +41,8 @@ def workers() -> Iterator[tuple[str, str]]:
 
 def remote_engine(target: str, draft: str | None) -> LLMEngine:
     spec = SpeculativeConfig("specserve/demo-draft", K) if draft else None
-    config = EngineConfig(model="specserve/demo-target", speculative=spec)
-    return LLMEngine(
-        config, build_remote_workers([target], [draft] if draft else [], K if draft else 0)
-    )
+    config = EngineConfig.of("specserve/demo-target", spec)
+    return LLMEngine(config, build_remote_workers([target], [draft] if draft else []))
 
 
 def run(engine: LLMEngine, params: SamplingParams) -> list[list[int]]:
@@ -104,6 +102,16 @@ def test_workers_serve_health_and_refuse_a_bad_k(workers: tuple[str, str]) -> No
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         # and it keeps serving
         assert stub.Describe(pb.DescribeRequest(), timeout=10).vocab_size == 4096
+
+
+def test_each_worker_holds_the_max_model_len_it_was_started_with(
+    workers: tuple[str, str],
+) -> None:
+    # Both bundled models allow 2048 tokens; the workers were started with 512.
+    stubs = (target_worker_pb2_grpc.TargetWorkerStub, draft_worker_pb2_grpc.DraftWorkerStub)
+    for address, stub in zip(workers, stubs, strict=True):
+        with grpc.insecure_channel(address) as channel:
+            assert stub(channel).Describe(pb.DescribeRequest(), timeout=10).max_model_len == 512
 
 
 def test_an_unknown_sequence_and_bad_tokens_get_their_own_status(workers: tuple[str, str]) -> None:

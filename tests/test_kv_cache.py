@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_runtime import (
-    KVCacheIntegrityError,
-    ModelRunner,
-    OutOfBlocksError,
-    PagedKVCache,
-    SequenceChunk,
-)
-from tests.conftest import random_tokens
+from model_runtime.kv_cache import KVCacheIntegrityError, OutOfBlocksError, PagedKVCache
+from model_runtime.runner import SequenceChunk
+from tests.conftest import random_tokens, runner_of
 
 
 def small_cache(num_blocks: int = 8, block_size: int = 4) -> PagedKVCache:
@@ -93,9 +88,7 @@ def test_integrity_check_catches_a_length_without_blocks() -> None:
 
 
 def test_truncate_then_append_reproduces_the_logits(qwen3_checkpoint: Path) -> None:
-    runner = ModelRunner.from_pretrained(
-        qwen3_checkpoint, num_blocks=32, block_size=4, dtype="float32"
-    )
+    runner = runner_of(qwen3_checkpoint, num_blocks=32, block_size=4, dtype="float32")
     prefix, accepted, rejected = random_tokens(10, 4), random_tokens(3, 5), random_tokens(5, 6)
     runner.forward([SequenceChunk(1, prefix)])
     verify = runner.forward([SequenceChunk(1, accepted + rejected, num_logits=8)])
@@ -113,9 +106,7 @@ def test_truncate_then_append_reproduces_the_logits(qwen3_checkpoint: Path) -> N
 
 
 def test_every_block_is_free_after_all_sequences_are_freed(qwen3_checkpoint: Path) -> None:
-    runner = ModelRunner.from_pretrained(
-        qwen3_checkpoint, num_blocks=32, block_size=4, dtype="float32"
-    )
+    runner = runner_of(qwen3_checkpoint, num_blocks=32, block_size=4, dtype="float32")
     runner.forward([SequenceChunk(s, random_tokens(3 + 4 * s, s)) for s in range(4)])
     runner.forward([SequenceChunk(s, [5, 6]) for s in range(4)])
     assert runner.kv_cache.num_free_blocks < 32
@@ -127,9 +118,7 @@ def test_every_block_is_free_after_all_sequences_are_freed(qwen3_checkpoint: Pat
 
 
 def test_a_batch_that_does_not_fit_leaves_every_sequence_as_it_was(qwen3_checkpoint: Path) -> None:
-    runner = ModelRunner.from_pretrained(
-        qwen3_checkpoint, num_blocks=4, block_size=4, dtype="float32"
-    )
+    runner = runner_of(qwen3_checkpoint, num_blocks=4, block_size=4, dtype="float32")
     runner.forward([SequenceChunk(1, random_tokens(6, 1))])
     with pytest.raises(OutOfBlocksError):
         runner.forward([SequenceChunk(1, [3]), SequenceChunk(2, random_tokens(12, 2))])
@@ -138,7 +127,7 @@ def test_a_batch_that_does_not_fit_leaves_every_sequence_as_it_was(qwen3_checkpo
 
 
 def test_bad_chunks_are_refused_with_their_reason(qwen3_checkpoint: Path) -> None:
-    runner = ModelRunner.from_pretrained(
+    runner = runner_of(
         qwen3_checkpoint, num_blocks=16, block_size=4, dtype="float32", max_model_len=16
     )
     with pytest.raises(ValueError, match="outside the vocabulary"):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import specserve
-from router.outputs import RequestOutput
 from specserve import LLM, SamplingParams
+from specserve.outputs import RequestOutput
 from tests.conftest import hf_logits
 
 PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]

@@ -16,10 +16,10 @@ from transformers import (
 
 import specserve
 from draft_worker.worker import DraftWorker
-from model_runtime import ModelRunner
 from model_runtime.sampling import SamplingOptions
 from protos.messages import ProposeRequest, SequenceTokens, VerifyRequest
 from target_worker.worker import TargetWorker
+from tests.conftest import runner_of
 from tests.test_rejection_sampler import chi_square_p_value
 
 PROMPT = "def fibonacci(n):\n"
@@ -58,7 +58,7 @@ def test_first_speculated_token_follows_the_targets_distribution(options: Sampli
     tokenizer = AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
     prompt_ids = tokenizer.encode(PROMPT)
     runners = {
-        name: ModelRunner.from_pretrained(
+        name: runner_of(
             specserve.resolve_model(name), num_blocks=CHUNK, block_size=16, dtype="float32"
         )
         for name in ("specserve/demo-target", "specserve/demo-draft")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_runtime import ModelRunner, SequenceChunk
-from tests.conftest import ARCHITECTURES, hf_logits, random_tokens
+from model_runtime.runner import ModelRunner, SequenceChunk
+from tests.conftest import ARCHITECTURES, hf_logits, random_tokens, runner_of
 
 TOLERANCE = 1e-4
 SEQ_LEN = 20
@@ -18,9 +18,7 @@ SEQ_LEN = 20
 
 def runner_for(folder: Path, block_size: int = 4) -> ModelRunner:
     # A small block size makes every sequence span several blocks.
-    return ModelRunner.from_pretrained(
-        folder, num_blocks=64, block_size=block_size, dtype="float32"
-    )
+    return runner_of(folder, num_blocks=64, block_size=block_size, dtype="float32")
 
 
 def assert_close(ours: torch.Tensor, reference: torch.Tensor) -> None:
@@ -82,8 +80,8 @@ def test_ragged_batch_of_prefill_decode_and_verify_matches(
 def test_half_precision_stays_close_to_float32(qwen3_checkpoint: Path) -> None:
     tokens = random_tokens(SEQ_LEN, seed=3)
     reference = hf_logits(qwen3_checkpoint, tokens)
-    for dtype in (torch.bfloat16, torch.float16):
-        runner = ModelRunner.from_pretrained(qwen3_checkpoint, num_blocks=16, dtype=dtype)
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+        runner = runner_of(qwen3_checkpoint, num_blocks=16, dtype=name)
         assert runner.model.lm_head.weight.dtype == dtype
         logits = runner.forward([SequenceChunk(1, tokens, num_logits=SEQ_LEN)]).float()
         assert (logits - reference).abs().max().item() < 0.1 * reference.abs().max().item()

@@ -20,8 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import common_pb2, router_pb2, router_pb2_grpc
-from router.launch import free_port, service
 from specserve import LLM, SamplingParams
+from specserve.launch import free_port, service
 from tests.test_openai_server import client
 
 NUM_CPUS = 4

@@ -117,7 +117,7 @@ def test_preempted_sequences_are_recomputed_with_the_same_output(
     reference: list[list[int]],
 ) -> None:
     # Room for about three sequences: the others wait or get preempted.
-    llm = make_llm(3, num_kv_blocks_override=12, block_size=8)
+    llm = make_llm(3, num_kv_blocks=12, block_size=8)
     assert greedy_ids(llm, PROMPTS) == reference
     assert_all_blocks_free(llm)
 

@@ -12,11 +12,12 @@ import pytest
 
 from model_runtime.executors import MpExecutor
 from model_runtime.rank import RankConfig
-from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.runner import SequenceChunk
+from model_runtime.specs import RunnerSpec
 from specserve import LLM, SamplingParams
-from target_worker.parallel import target_rank_worker
+from target_worker.tensor_parallel import target_rank_worker
 from target_worker.worker import TargetWorkerConfig
-from tests.conftest import ARCHITECTURES, random_tokens
+from tests.conftest import ARCHITECTURES, random_tokens, runner_of
 
 PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]
 SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 4}
@@ -39,10 +40,10 @@ def test_two_ranks_compute_the_logits_of_one(
     checkpoints: dict[str, Path], architecture: str
 ) -> None:
     folder = checkpoints[architecture]
-    single = ModelRunner.from_pretrained(folder, num_blocks=16, dtype="float32", max_model_len=512)
+    single = runner_of(folder, num_blocks=16, dtype="float32", max_model_len=512)
     build = partial(target_rank_worker, TargetWorkerConfig())
-    config = RankConfig(str(folder), 2, build, dtype="float32", num_kv_blocks=16)
-    executor = MpExecutor(config)
+    spec = RunnerSpec(str(folder), dtype="float32", num_kv_blocks=16)
+    executor = MpExecutor(RankConfig(spec, 2, build, "target"))
     try:
         for chunks in ragged_batches():
             expected = single.forward(chunks)
@@ -115,6 +116,12 @@ def test_every_ranks_kv_cache_is_free_after_the_requests(tp2: LLM) -> None:
     ranks = tp2.engine.workers.target.executor.run("describe")  # type: ignore[attr-defined]
     infos = [info for info, _ in ranks]
     assert [i.num_free_blocks for i in infos] == [i.num_blocks for i in infos]
+
+
+def test_every_rank_holds_the_engines_max_model_len(tp2: LLM) -> None:
+    ranks = tp2.engine.workers.target.executor.run("describe")  # type: ignore[attr-defined]
+    assert [info.max_model_len for info, _ in ranks] == [512, 512]
+    assert tp2.engine.max_model_len == 512
 
 
 def test_a_size_that_does_not_divide_the_heads_is_refused(checkpoints: dict[str, Path]) -> None:

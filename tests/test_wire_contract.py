@@ -15,7 +15,7 @@ from model_runtime.sampling import SamplingOptions
 from protos import common_pb2, convert, draft_worker_pb2_grpc, router_pb2, target_worker_pb2
 from protos.generate import PROTO_DIR, generate
 from protos.messages import SequenceStatus, TokenLogprob, VerifyOutput
-from protos.serving import start_server
+from protos.server import start_server
 
 
 def test_committed_stubs_match_the_proto_files(tmp_path: Path) -> None:

@@ -100,14 +100,9 @@ def prepare(data: Path) -> None:
             ids.append(eos)
         np.save(data / f"{name}.npy", np.array(ids, dtype=np.uint16))
         print(f"{name}: {len(split_texts)} files, {len(ids)} tokens")
-    (data / "corpus.json").write_text(
-        json.dumps(
-            {
-                "python": sysconfig.get_python_version(),
-                **{f"{name}_files": len(paths) for name, paths in files.items()},
-            }
-        )
-    )
+    counts = {f"{name}_files": len(paths) for name, paths in files.items()}
+    corpus = {"python": sysconfig.get_python_version(), **counts}
+    (data / "corpus.json").write_text(json.dumps(corpus))
 
 
 # ------------------------------------------------------------------ train (GPU)
@@ -154,9 +149,8 @@ def train_one(
 
     cfg = TRAINING[role]
     torch.manual_seed(cfg["seed"])
-    model = AutoModelForCausalLM.from_config(qwen3_config(role, eos), dtype=torch.float32).to(
-        device
-    )
+    model = AutoModelForCausalLM.from_config(qwen3_config(role, eos), dtype=torch.float32)
+    model = model.to(device)
     params = sum(p.numel() for p in model.parameters())
     print(f"{role}: {params / 1e6:.2f}M parameters", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.1, betas=(0.9, 0.95))
@@ -187,11 +181,8 @@ def train_one(
             val = mean_loss(model, valid, device)
             model.train()
             if val < best[0]:
-                best = (
-                    val,
-                    step + 1,
-                    {k: v.detach().clone() for k, v in model.state_dict().items()},
-                )
+                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best = (val, step + 1, state)
             print(
                 f"{role} step {step + 1} loss {loss.item():.3f} valid {val:.3f} "
                 f"{time.time() - start:.0f}s",
@@ -223,10 +214,8 @@ def evaluate(target: nn.Module, draft: nn.Module, tokens: torch.Tensor, device: 
     greedy_agree = 0.0
     alpha = {"t1.0": 0.0, "t0.8_p0.95": 0.0}
     for i in range(0, n, 32):
-        rows = torch.stack(
-            [seqs[j * SEQ_LEN : j * SEQ_LEN + SEQ_LEN + 1] for j in range(i, min(n, i + 32))]
-        )
-        rows = rows.to(device).long()
+        starts = range(i * SEQ_LEN, min(n, i + 32) * SEQ_LEN, SEQ_LEN)
+        rows = torch.stack([seqs[s : s + SEQ_LEN + 1] for s in starts]).to(device).long()
         inputs, labels = rows[:, :-1], rows[:, 1:].flatten()
         p_logits = target(inputs).logits.float().flatten(0, 1)
         q_logits = draft(inputs).logits.float().flatten(0, 1)
@@ -280,11 +269,10 @@ def train(data: Path, out: Path, device: str, steps: int | None) -> None:
         report[f"{role}_train_seconds"] = seconds
         report[f"{role}_kept_step"] = kept
     report.update(evaluate(models["target"], models["draft"], held_tokens, device))
+    generation = GenerationConfig(eos_token_id=eos, pad_token_id=eos, bos_token_id=eos)
     for role, model in models.items():
         folder = out / f"demo-{role}"
-        model.generation_config = GenerationConfig(
-            eos_token_id=eos, pad_token_id=eos, bos_token_id=eos
-        )
+        model.generation_config = generation
         model.to(torch.float16).save_pretrained(folder, max_shard_size="12MB")
         tokenizer.save_pretrained(folder)
     (out / "report.json").write_text(json.dumps(report, indent=1))

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model_runtime.distributed import TensorParallelGroup
 from model_runtime.layers.linear import copy_checked
-from model_runtime.parallel import TensorParallelGroup
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model_runtime.parallel import TensorParallelGroup
+from model_runtime.distributed import TensorParallelGroup
 
 
 def copy_checked(param: torch.Tensor, loaded: torch.Tensor) -> None:

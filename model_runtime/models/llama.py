@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from model_runtime.config import ModelConfig
+from model_runtime.distributed import TensorParallelGroup
 from model_runtime.layers.activation import SiluAndMul
 from model_runtime.layers.attention import Attention, ForwardContext
 from model_runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
@@ -27,7 +28,6 @@ from model_runtime.layers.linear import (
 )
 from model_runtime.layers.norm import RMSNorm
 from model_runtime.layers.rotary import RotaryEmbedding, rope_frequencies
-from model_runtime.parallel import TensorParallelGroup
 
 
 class LlamaAttention(nn.Module):

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from draft_worker.worker import DraftWorker, DraftWorkerConfig
-from model_runtime.parallel import TensorParallelGroup
+from model_runtime.distributed import TensorParallelGroup
 from model_runtime.runner import ModelRunner
-from protos.local_worker import ExecutorWorker
 from protos.messages import Proposal, ProposeRequest
+from worker_base.executor_worker import ExecutorWorker
 
 
 def draft_rank_worker(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from model_runtime.parallel import TensorParallelGroup
+from model_runtime.distributed import TensorParallelGroup
 from model_runtime.runner import ModelRunner
-from protos.local_worker import ExecutorWorker
 from protos.messages import VerifyOutput, VerifyRequest
 from target_worker.worker import TargetWorker, TargetWorkerConfig
+from worker_base.executor_worker import ExecutorWorker
 
 
 def target_rank_worker(

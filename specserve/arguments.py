@@ -1,4 +1,5 @@
-"""Command-line flags built from config dataclasses, so help is written once.
+"""Command-line flags built from config dataclasses, so help is written once,
+and the flags whose values need parsing.
 
 Each field becomes ``--field-name`` and, for names with underscores, also
 ``--field_name`` (vLLM accepts both spellings). Field metadata may carry
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import types
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
+
+from router.config import SpeculativeConfig
 
 T = TypeVar("T")
 
@@ -66,3 +71,17 @@ def config_from_args(config_cls: type[T], args: argparse.Namespace) -> T:
     """Build ``config_cls`` from parsed arguments; its own validation runs."""
     names = [f.name for f in dataclasses.fields(config_cls)]  # type: ignore[arg-type]
     return config_cls(**{name: getattr(args, name) for name in names if hasattr(args, name)})
+
+
+def speculative_config_from_flag(value: str | None) -> SpeculativeConfig | None:
+    """``--speculative_config``: JSON text or the path of a JSON file (None: off)."""
+    if not value:
+        return None
+    text = Path(value).read_text() if Path(value).is_file() else value
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--speculative_config is not valid JSON: {e}") from e
+    if not isinstance(parsed, dict):
+        raise ValueError("--speculative_config must be a JSON object")
+    return SpeculativeConfig.from_dict(parsed)

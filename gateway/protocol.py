@@ -1,5 +1,4 @@
-"""Request bodies of the OpenAI API as pydantic models, the error shape, and
-the logprobs shapes of its responses.
+"""Request bodies of the OpenAI API as pydantic models, and its error shape.
 
 Fields follow the OpenAI API and vLLM's extensions (top_k, min_p,
 stop_token_ids, ignore_eos). Values are checked here and again by
@@ -8,12 +7,10 @@ SamplingParams; any failure becomes a 400 with OpenAI's error JSON.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from model_runtime.logprobs import TokenLogprob
 from router.params import SamplingParams
 
 
@@ -89,56 +86,13 @@ class ChatCompletionRequest(SamplingFields):
         return (self.top_logprobs or 0) if self.logprobs else None, None
 
 
+class GatewayError(Exception):
+    """A request the gateway refuses: answered with OpenAI's error JSON and ``status``."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
 def error_body(message: str, kind: str = "invalid_request_error", code: int = 400) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def completion_logprobs(
-    tokens: Sequence[tuple[int, TokenLogprob | None]],
-    decode: Callable[[int], str],
-    text_offset: int,
-) -> dict[str, Any]:
-    """The completions API's logprobs object for these (token id, logprob) pairs;
-    ``text_offset`` is where the first token's text starts in the choice's text."""
-    out: dict[str, Any] = {
-        "tokens": [],
-        "token_logprobs": [],
-        "top_logprobs": [],
-        "text_offset": [],
-    }
-    for token_id, logprob in tokens:
-        text = decode(token_id)
-        out["tokens"].append(text)
-        out["text_offset"].append(text_offset)
-        text_offset += len(text)
-        if logprob is None:  # the prompt's first token
-            out["token_logprobs"].append(None)
-            out["top_logprobs"].append(None)
-            continue
-        top = {
-            decode(t): v for t, v in zip(logprob.top_token_ids, logprob.top_logprobs, strict=True)
-        }
-        top.setdefault(text, logprob.logprob)
-        out["token_logprobs"].append(logprob.logprob)
-        out["top_logprobs"].append(top)
-    return out
-
-
-def chat_logprobs(logprobs: Sequence[TokenLogprob], decode: Callable[[int], str]) -> dict:
-    """The chat API's logprobs object: one entry per generated token."""
-
-    def entry(token_id: int, value: float) -> dict[str, Any]:
-        text = decode(token_id)
-        return {"token": text, "logprob": value, "bytes": list(text.encode())}
-
-    return {
-        "content": [
-            {
-                **entry(t.token_id, t.logprob),
-                "top_logprobs": [
-                    entry(i, v) for i, v in zip(t.top_token_ids, t.top_logprobs, strict=True)
-                ],
-            }
-            for t in logprobs
-        ]
-    }

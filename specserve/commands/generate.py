@@ -4,28 +4,15 @@ statistics to stderr."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from model_runtime.config import DTYPES
 from model_runtime.resolve import DEFAULT_TARGET
-from router.config import EngineConfig, SpeculativeConfig
+from router.config import EngineConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
-
-
-def parse_speculative_config(value: str) -> dict[str, Any]:
-    """JSON text, or the path of a JSON file."""
-    text = Path(value).read_text() if Path(value).is_file() else value
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--speculative_config is not valid JSON: {e}") from e
-    if not isinstance(parsed, dict):
-        raise ValueError("--speculative_config must be a JSON object")
-    return parsed
+from specserve.arguments import speculative_config_from_flag
+from specserve.local_workers import build_local_workers
 
 
 @dataclass(frozen=True)
@@ -68,12 +55,9 @@ class GenerateConfig:
         )
 
     def engine_config(self) -> EngineConfig:
-        spec = None
-        if self.speculative_config:
-            spec = SpeculativeConfig.from_dict(parse_speculative_config(self.speculative_config))
-        return EngineConfig(
-            model=self.model,
-            speculative=spec,
+        return EngineConfig.of(
+            self.model,
+            speculative_config_from_flag(self.speculative_config),
             max_model_len=self.max_model_len,
             dtype=self.dtype,
             device=self.device,
@@ -81,11 +65,13 @@ class GenerateConfig:
 
     def __post_init__(self) -> None:
         self.sampling_params()  # validates the sampling fields
+        self.engine_config()  # and the engine's
 
 
 def generate(config: GenerateConfig) -> tuple[str, str | None]:
     """The completion of ``config.prompt``, and the speculation summary if any."""
-    engine = LLMEngine(config.engine_config())
+    engine_config = config.engine_config()
+    engine = LLMEngine(engine_config, build_local_workers(engine_config))
     (seq,) = engine.add_request(
         "0", engine.tokenizer.encode(config.prompt), config.sampling_params()
     )

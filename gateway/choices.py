@@ -1,0 +1,87 @@
+"""The choices of one response: each is one completion in flight on the
+backend (n per prompt, choice i seeded seed + i), with what it has sent so far.
+All of a request's choices start, or none do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gateway.backends import Backend, Completion
+from gateway.protocol import GatewayError, SamplingFields
+from router.loop import Delta
+from router.params import SamplingParams
+
+
+@dataclass
+class Choice:
+    """One choice of a response: its completion in flight and what it has sent."""
+
+    index: int
+    completion: Completion
+    prompt_ids: list[int]
+    echo_text: str  # the prompt's text when echoing, else ""
+    text_offset: int = 0  # where the next token's text starts (completion logprobs)
+    started: bool = False
+
+
+def start_choices(
+    backend: Backend,
+    prompts: list[list[int]],
+    texts: list[str],
+    body: SamplingFields,
+    max_tokens: int | None,
+    echo: bool,
+) -> list[Choice]:
+    """Start ``body.n`` choices of every prompt; GatewayError (and nothing left
+    running) when any of them is refused."""
+    if not 1 <= body.n <= SamplingParams.MAX_N:
+        raise GatewayError(f"n must be in [1, {SamplingParams.MAX_N}], got {body.n}")
+    choices: list[Choice] = []
+    try:
+        for ids, text in zip(prompts, texts, strict=True):
+            params = _params(body, max_tokens, len(ids), backend.max_model_len)
+            for i in range(body.n):
+                completion = backend.submit(ids, choice_params(params, i))
+                choices.append(Choice(len(choices), completion, ids, text if echo else ""))
+    except ValueError as e:
+        abort_all(choices)
+        raise GatewayError(str(e)) from e
+    return choices
+
+
+def _params(
+    body: SamplingFields, max_tokens: int | None, prompt_len: int, max_model_len: int
+) -> SamplingParams:
+    """The request's SamplingParams for one prompt; without max_tokens, the
+    room the context has left (ValueError when max_tokens exceeds it)."""
+    room = max_model_len - prompt_len
+    if max_tokens is not None and max_tokens > room:
+        raise ValueError(
+            f"max_tokens {max_tokens} plus the prompt's {prompt_len} tokens exceed "
+            f"max_model_len {max_model_len}"
+        )
+    with_max = body.model_copy(update={"max_tokens": max_tokens})
+    return with_max.sampling_params(room if room > 0 else None)
+
+
+def choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """The params of choice ``index``: its own seed (seed + index)."""
+    return replace(params, seed=None if params.seed is None else params.seed + index)
+
+
+def abort_all(choices: list[Choice]) -> None:
+    """Stop every choice still running (finished ones are left as they are)."""
+    for choice in choices:
+        choice.completion.abort()
+
+
+def merge(deltas: list[Delta]) -> Delta:
+    """A whole completion as one delta."""
+    last = deltas[-1]
+    return replace(
+        last,
+        token_ids=[t for d in deltas for t in d.token_ids],
+        text="".join(d.text for d in deltas),
+        logprobs=[lp for d in deltas for lp in d.logprobs],
+        prompt_logprobs=deltas[0].prompt_logprobs,
+    )

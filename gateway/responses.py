@@ -1,0 +1,136 @@
+"""Answering a request whose choices have started: as one JSON response, or
+as server-sent events, one chunk per delta of any choice, as they come.
+
+Either way every choice still running is aborted at the end, so a client that
+goes away (or an error) frees its KV at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gateway.choices import Choice, abort_all, merge
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import GatewayError, error_body
+from gateway.render import Renderer
+from router.loop import Delta
+
+
+class Responder:
+    """One request's response: its choices, rendered by ``renderer``."""
+
+    def __init__(
+        self,
+        choices: list[Choice],
+        prompts: list[list[int]],
+        renderer: Renderer,
+        model: str,
+        metrics: GatewayMetrics,
+    ):
+        self.choices = choices
+        self.prompts = prompts
+        self.renderer = renderer
+        self.metrics = metrics
+        self.head = {
+            "id": f"{renderer.id_prefix}-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+    async def whole(self) -> dict[str, Any]:
+        """Every choice, finished, in one response."""
+        rendered, completion_tokens = [], 0
+        try:
+            for choice in self.choices:
+                done = merge([d async for d in self._timed(choice)])
+                if done.error:
+                    raise GatewayError(done.error, 503)
+                completion_tokens += len(done.token_ids)
+                fields = self.renderer.fields(choice, done, streaming=False)
+                rendered.append(
+                    {"index": choice.index, **fields, "finish_reason": done.finish_reason}
+                )
+        except ValueError as e:  # refused by a remote router
+            raise GatewayError(str(e)) from e
+        finally:
+            abort_all(self.choices)
+        return {
+            **self.head,
+            "object": self.renderer.object_name,
+            "choices": rendered,
+            "usage": self._usage(completion_tokens),
+        }
+
+    async def events(self, include_usage: bool) -> AsyncIterator[str]:
+        """Server-sent events: a chunk per delta, usage if asked, then [DONE]."""
+        merged: asyncio.Queue[tuple[Choice, Delta | Exception]] = asyncio.Queue()
+        tasks = [asyncio.create_task(self._pump(c, merged)) for c in self.choices]
+        open_choices, completion_tokens = len(self.choices), 0
+        try:
+            while open_choices:
+                choice, d = await merged.get()
+                if isinstance(d, Exception) or d.error:
+                    yield _event(error_body(str(d) if isinstance(d, Exception) else d.error or ""))
+                    break
+                completion_tokens += len(d.token_ids)
+                yield _event(self._chunk(choice, d))
+                if d.finish_reason is not None:
+                    open_choices -= 1
+            if include_usage:
+                yield _event(
+                    self._chunk_head() | {"choices": [], "usage": self._usage(completion_tokens)}
+                )
+            yield "data: [DONE]\n\n"
+        finally:  # finished, or the client went away: stop whatever still runs
+            abort_all(self.choices)
+            for task in tasks:
+                task.cancel()
+
+    def _chunk(self, choice: Choice, delta: Delta) -> dict[str, Any]:
+        fields = self.renderer.fields(choice, delta, streaming=True)
+        chunk = {"index": choice.index, **fields, "finish_reason": delta.finish_reason}
+        return self._chunk_head() | {"choices": [chunk]}
+
+    def _chunk_head(self) -> dict[str, Any]:
+        return {**self.head, "object": self.renderer.chunk_object_name}
+
+    async def _pump(
+        self, choice: Choice, merged: asyncio.Queue[tuple[Choice, Delta | Exception]]
+    ) -> None:
+        try:
+            async for d in self._timed(choice):
+                await merged.put((choice, d))
+        except ValueError as e:
+            await merged.put((choice, e))
+
+    async def _timed(self, choice: Choice) -> AsyncIterator[Delta]:
+        """A choice's deltas, timing the first token and the gaps between tokens."""
+        start = last = time.monotonic()
+        first = True
+        async for delta in choice.completion:
+            now = time.monotonic()
+            if delta.token_ids:
+                if first:
+                    self.metrics.ttft.observe(now - start)
+                    first = False
+                else:
+                    self.metrics.itl.observe((now - last) / len(delta.token_ids))
+                last = now
+            yield delta
+
+    def _usage(self, completion_tokens: int) -> dict[str, int]:
+        prompt_tokens = sum(len(p) for p in self.prompts)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"

@@ -1,0 +1,134 @@
+"""The one way a runner is built: checkpoint, then KV budget, then runner.
+
+Every path goes through ``build_runners``: the in-process engine (target and
+draft on one device), both worker services, and every tensor-parallel rank
+(which passes its group). The device rule, the length checks and the memory
+budget live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.config import ModelConfig
+from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.kv_cache import PagedKVCache
+from model_runtime.loader import load_model
+from model_runtime.models.llama import LlamaForCausalLM
+from model_runtime.resolve import resolve_model
+from model_runtime.runner import ModelRunner
+from model_runtime.sizing import num_kv_blocks
+from model_runtime.specs import RunnerSpec
+
+
+def resolve_device(name: str, gpu_index: int = 0) -> torch.device:
+    """The device ``name`` means: ``auto`` is GPU ``gpu_index`` when CUDA is
+    available, else the CPU; anything else is a torch device string."""
+    if name == "auto":
+        return torch.device(f"cuda:{gpu_index}" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as e:
+        raise ValueError(f"device {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from e
+
+
+def model_length(spec: RunnerSpec, config: ModelConfig) -> int:
+    """The longest sequence the runner holds: ``spec.max_model_len``, which the
+    model must allow, or the model's own length."""
+    limit = config.max_position_embeddings
+    if spec.max_model_len is not None and spec.max_model_len > limit:
+        raise ValueError(
+            f"max_model_len {spec.max_model_len} exceeds what {spec.model} allows "
+            f"({limit} tokens): lower max_model_len"
+        )
+    return spec.max_model_len or limit
+
+
+@dataclass(frozen=True)
+class _Checked:
+    spec: RunnerSpec
+    folder: str
+    max_len: int
+
+
+def build_runners(
+    specs: Sequence[RunnerSpec],
+    tp: TensorParallelGroup = SINGLE_DEVICE,
+    gpu_index: int = 0,
+) -> list[ModelRunner]:
+    """A runner for each spec; the models share one device and one budget.
+
+    Every spec is checked before any weights load. All caches get the same
+    number of blocks (so a sequence fits in all or none), sized from the first
+    spec's budget after the weights of every model; with a tensor-parallel
+    group, each rank loads its shard and the ranks agree on the smallest count.
+    """
+    if not specs:
+        raise ValueError("build_runners needs at least one RunnerSpec")
+    first = specs[0]
+    for spec in specs[1:]:
+        if _budget(spec) != _budget(first):
+            raise ValueError(
+                f"{spec.model} and {first.model} share a device, so they need the same "
+                "device, block size and memory budget"
+            )
+    checked = []
+    for spec in specs:
+        folder = resolve_model(spec.model, spec.revision)
+        checked.append(
+            _Checked(spec, str(folder), model_length(spec, ModelConfig.from_pretrained(folder)))
+        )
+    device = resolve_device(first.device, gpu_index)
+    models = [load_model(c.folder, c.spec.dtype, device, tp, c.max_len) for c in checked]
+    longest = max(c.max_len + c.spec.lookahead_tokens for c in checked)
+    blocks = first.num_kv_blocks or num_kv_blocks(
+        models,
+        device,
+        first.block_size,
+        longest,
+        first.max_num_seqs,
+        first.gpu_memory_utilization,
+        first.cpu_memory_bytes // tp.size,  # the ranks of one CPU share its memory
+    )
+    blocks = tp.min(blocks, device)  # every rank holds the same sequences
+    return [
+        ModelRunner(model, _cache_for(model, blocks, first.block_size, device), c.max_len)
+        for model, c in zip(models, checked, strict=True)
+    ]
+
+
+def build_runner(
+    spec: RunnerSpec, tp: TensorParallelGroup = SINGLE_DEVICE, gpu_index: int = 0
+) -> ModelRunner:
+    """The runner of one model (see ``build_runners``)."""
+    (runner,) = build_runners([spec], tp, gpu_index)
+    return runner
+
+
+def _budget(spec: RunnerSpec) -> tuple[object, ...]:
+    return (
+        spec.device,
+        spec.block_size,
+        spec.num_kv_blocks,
+        spec.gpu_memory_utilization,
+        spec.cpu_memory_bytes,
+        spec.max_num_seqs,
+    )
+
+
+def _cache_for(
+    model: LlamaForCausalLM, num_blocks: int, block_size: int, device: torch.device
+) -> PagedKVCache:
+    c = model.config
+    return PagedKVCache(
+        c.num_hidden_layers,
+        model.num_kv_heads_per_rank,
+        c.head_dim,
+        num_blocks,
+        block_size,
+        model.lm_head.weight.dtype,
+        device,
+    )

@@ -1,0 +1,122 @@
+"""What a runner is built from, and how a model is split over ranks.
+
+Plain frozen configs, validated when built; nothing here loads or runs a
+model, so the engine and the command line can hold them without the runtime.
+``model_runtime.build`` turns a ``RunnerSpec`` into a runner, and
+``model_runtime.executors`` places ranks as a ``ParallelConfig`` says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model_runtime.config import DTYPES
+
+BACKENDS = ("mp", "ray")
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """One model, its KV cache and the memory both may take.
+
+    The KV cache gets ``num_kv_blocks`` blocks when given, otherwise as many as
+    the memory budget holds after the weights: ``gpu_memory_utilization`` of a
+    GPU, or ``cpu_memory_bytes`` on CPUs (for all ranks of a tensor-parallel
+    group together), never more than ``max_num_seqs`` sequences of
+    ``max_model_len + lookahead_tokens`` tokens need.
+    """
+
+    model: str = field(metadata={"help": "checkpoint folder, bundled model name or hub id"})
+    revision: str | None = field(default=None, metadata={"help": "hub revision of the model"})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "weight dtype; auto keeps the checkpoint's",
+            "choices": ["auto", *DTYPES],
+        },
+    )
+    device: str = field(
+        default="auto", metadata={"help": "torch device; auto picks cuda if present"}
+    )
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "longest sequence; default: the model's own"}
+    )
+    block_size: int = field(default=16, metadata={"help": "tokens per KV block"})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of the GPU"})
+    cpu_memory_bytes: int = field(
+        default=4 << 30, metadata={"help": "bytes for weights and KV cache on CPUs"}
+    )
+    max_num_seqs: int = field(default=256, metadata={"help": "sequences the KV cache sizes for"})
+    num_kv_blocks: int | None = field(default=None, metadata={"help": "override the KV budget"})
+    # Tokens a sequence may need past max_model_len while a round is planned
+    # (the engine reserves k + 1); sizes the cache only.
+    lookahead_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("model must name a checkpoint folder, bundled model or hub id")
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ValueError(
+                f"dtype {self.dtype!r} is not supported; use auto or one of {', '.join(DTYPES)}"
+            )
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        for name in ("block_size", "max_num_seqs", "cpu_memory_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lookahead_tokens < 0:
+            raise ValueError(f"lookahead_tokens must be >= 0, got {self.lookahead_tokens}")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How a model is split over ranks, and where the ranks run."""
+
+    tensor_parallel_size: int = field(
+        default=1, metadata={"help": "ranks (GPUs) the model is split over", "aliases": ["-tp"]}
+    )
+    distributed_executor_backend: str | None = field(
+        default=None,
+        metadata={
+            "help": "where the ranks run: mp (processes on this machine) or ray; "
+            "default: ray when tensor_parallel_size > 1",
+            "choices": list(BACKENDS),
+        },
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata={"help": "join this Ray cluster (auto: the one `ray start` made on this node)"},
+    )
+    placement_timeout_s: float = field(
+        default=60.0, metadata={"help": "how long to wait for Ray to place the ranks"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {self.tensor_parallel_size}")
+        backend = self.distributed_executor_backend
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"distributed_executor_backend must be mp or ray, got {backend!r}")
+        if self.ray_address and backend == "mp":
+            raise ValueError("ray_address needs the ray executor backend, not mp")
+
+    @property
+    def uses_executor(self) -> bool:
+        """Whether the model runs as ranks of an executor (else in this process)."""
+        return (
+            self.tensor_parallel_size > 1
+            or self.distributed_executor_backend is not None
+            or self.ray_address is not None
+        )
+
+    @property
+    def backend(self) -> str:
+        if self.distributed_executor_backend is not None:
+            return self.distributed_executor_backend
+        return "ray" if self.ray_address or self.tensor_parallel_size > 1 else "mp"

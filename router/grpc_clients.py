@@ -1,0 +1,210 @@
+"""The engine's worker interface (``router.clients``) over gRPC.
+
+Each client keeps persistent bidirectional streams: one message per batch each
+way, so nothing per sequence per token crosses the network. A broken stream
+becomes WorkerUnavailableError and is opened again on the next call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
+
+import grpc
+
+from model_runtime.errors import WorkerUnavailableError
+from protos import common_pb2 as pb
+from protos import convert
+from protos import draft_worker_pb2 as dpb
+from protos import target_worker_pb2 as tpb
+from protos.draft_worker_pb2_grpc import DraftWorkerStub
+from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from protos.target_worker_pb2_grpc import TargetWorkerStub
+
+logger = logging.getLogger(__name__)
+
+# Reconnect to a restarted worker within about a second, not gRPC's default two minutes.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+Batch = TypeVar("Batch")
+Result = TypeVar("Result")
+
+
+class _BatchStream(Generic[Batch, Result]):
+    """One long-lived bidirectional stream: send a batch, receive its result.
+
+    A stream that breaks is opened again on the next call.
+    """
+
+    def __init__(self, start_call: Callable[[Iterator[Batch]], Iterator[Result]], address: str):
+        self._start_call = start_call
+        self._address = address
+        self._lock = threading.Lock()
+        self._outbox: queue.Queue[Batch | None] | None = None
+        self._results: Iterator[Result] | None = None
+
+    def call(self, message: Batch) -> Result:
+        with self._lock:  # one batch in flight per stream
+            try:
+                if self._outbox is None or self._results is None:
+                    self._outbox = queue.Queue()
+                    self._results = self._start_call(iter(self._outbox.get, None))
+                self._outbox.put(message)
+                return next(self._results)
+            except (grpc.RpcError, StopIteration, ValueError) as e:
+                # ValueError: the channel was closed (the worker left the pool).
+                self.close()
+                raise WorkerUnavailableError(f"worker {self._address}: {_reason(e)}") from e
+
+    def close(self) -> None:
+        if self._outbox is not None:
+            self._outbox.put(None)
+        self._outbox = self._results = None
+
+
+def _reason(e: Exception) -> object:
+    if isinstance(e, grpc.RpcError):
+        return e.code()
+    return "stream ended" if isinstance(e, StopIteration) else e
+
+
+class _GrpcWorker:
+    """What both kinds of worker client share: a channel, Describe and Release."""
+
+    stub_class: type[DraftWorkerStub] | type[TargetWorkerStub]
+    stub: DraftWorkerStub | TargetWorkerStub
+    info: WorkerInfo  # as last described
+
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 60.0,
+        connect_timeout_s: float | None = None,
+        wait_for_ready: bool = True,
+    ):
+        """Connect to the worker at ``address``, waiting up to ``connect_timeout_s``
+        (default ``timeout_s``) for it to answer; without ``wait_for_ready``, an
+        address that refuses the connection fails at once."""
+        self.address = address
+        self.timeout_s = timeout_s
+        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = self.stub_class(self.channel)
+        self._batch_ids = itertools.count()
+        self._free_blocks = 0
+        try:
+            self.info = self._describe(wait_for_ready, connect_timeout_s)
+        except WorkerUnavailableError:
+            self.channel.close()
+            raise
+        self._open_streams()
+
+    def _open_streams(self) -> None:
+        """Set up the worker's batch streams (opened on first use)."""
+
+    def _describe(self, wait_for_ready: bool = False, timeout_s: float | None = None) -> WorkerInfo:
+        try:
+            m = self.stub.Describe(
+                pb.DescribeRequest(),
+                timeout=timeout_s or self.timeout_s,
+                wait_for_ready=wait_for_ready,
+            )
+        except (grpc.RpcError, ValueError) as e:
+            raise WorkerUnavailableError(f"worker {self.address}: {_reason(e)}") from e
+        info = convert.worker_info_from_proto(m)
+        self.info, self._free_blocks = info, info.num_free_blocks
+        return info
+
+    def describe(self) -> WorkerInfo:
+        return self._describe()
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free_blocks
+
+    def probe(self, timeout_s: float) -> bool:
+        """Whether the worker answers within ``timeout_s`` (waiting for a reconnect)."""
+        try:
+            self._describe(wait_for_ready=True, timeout_s=timeout_s)
+        except WorkerUnavailableError:
+            return False
+        return True
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        """Best effort: a worker that is gone has nothing left to free."""
+        try:
+            reply = self.stub.Release(
+                pb.ReleaseRequest(seq_ids=list(seq_ids)), timeout=self.timeout_s
+            )
+        except (grpc.RpcError, ValueError) as e:
+            logger.warning("release on %s failed: %s", self.address, _reason(e))
+            return 0
+        return int(reply.num_released)
+
+
+class GrpcDraftClient(_GrpcWorker):
+    stub_class = DraftWorkerStub
+    stub: DraftWorkerStub
+
+    def _open_streams(self) -> None:
+        self._propose: _BatchStream[dpb.ProposeBatch, dpb.ProposeResult] = _BatchStream(
+            self.stub.Propose, self.address
+        )
+
+    def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
+        message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
+        result = self._propose.call(message)
+        self._free_blocks = result.num_free_blocks
+        return [convert.proposal_from_proto(p) for p in result.proposals]
+
+    def close(self) -> None:
+        self._propose.close()
+        self.channel.close()
+
+
+class GrpcTargetClient(_GrpcWorker):
+    stub_class = TargetWorkerStub
+    stub: TargetWorkerStub
+
+    def _open_streams(self) -> None:
+        self._prefill: _BatchStream[tpb.PrefillBatch, tpb.PrefillResult] = _BatchStream(
+            self.stub.Prefill, self.address
+        )
+        self._verify: _BatchStream[tpb.VerifyBatch, tpb.VerifyResult] = _BatchStream(
+            self.stub.Verify, self.address
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.info.vocab_size
+
+    def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
+        message = tpb.PrefillBatch(
+            batch_id=next(self._batch_ids),
+            sequences=[convert.prefill_request_to_proto(r) for r in requests],
+        )
+        result = self._prefill.call(message)
+        self._free_blocks = result.num_free_blocks
+        return [convert.prefill_output_from_proto(o) for o in result.outputs]
+
+    def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
+        message = tpb.VerifyBatch(
+            batch_id=next(self._batch_ids),
+            sequences=[convert.verify_request_to_proto(r) for r in requests],
+        )
+        result = self._verify.call(message)
+        self._free_blocks = result.num_free_blocks
+        return [convert.verify_output_from_proto(o) for o in result.outputs]
+
+    def close(self) -> None:
+        self._prefill.close()
+        self._verify.close()
+        self.channel.close()

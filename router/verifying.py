@@ -1,0 +1,85 @@
+"""Verifying drafts on the target pool.
+
+A sequence's KV lives on one target worker, so a round groups the running
+sequences by their target worker and sends each worker one batch; with more
+than one worker the calls run at the same time. Each request carries the
+tokens the worker lacks and the drafts, cut so that no sequence ever grows
+past max_model_len.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from model_runtime.errors import WorkerUnavailableError
+from protos.messages import SequenceTokens, VerifyOutput, VerifyRequest
+from router.clients import TargetClient
+from router.drafting import Draft
+from router.pool import WorkerPool
+from router.sequence import SequenceState
+
+
+@dataclass
+class Verified:
+    """One target worker's share of a round: its sequences, what was asked of it,
+    and its outputs (or why it could not be reached)."""
+
+    target: int
+    seqs: list[SequenceState]
+    requests: list[VerifyRequest]
+    outputs: list[VerifyOutput] | WorkerUnavailableError
+
+
+class Verifier:
+    def __init__(self, pool: WorkerPool[TargetClient], max_model_len: int):
+        self.pool = pool
+        self.max_model_len = max_model_len
+        self._calls = ThreadPoolExecutor(max(1, len(pool)), "verify")
+
+    def verify(self, seqs: list[SequenceState], drafts: dict[int, Draft]) -> list[Verified]:
+        """Verify every sequence (with its drafts, if any) on its target worker."""
+        groups = {t: [s for s in seqs if s.target_worker == t] for t in range(len(self.pool))}
+        shares = [Verified(t, g, self._requests(g, drafts), []) for t, g in groups.items() if g]
+        if len(shares) > 1:
+            for share, outputs in zip(shares, self._calls.map(self._call, shares), strict=True):
+                share.outputs = outputs
+        else:
+            for share in shares:
+                share.outputs = self._call(share)
+        return shares
+
+    def prefill(
+        self, target: int, seqs: list[SequenceState]
+    ) -> list[VerifyOutput] | WorkerUnavailableError:
+        """Append every token of each new sequence on ``target`` and sample its first."""
+        requests = [VerifyRequest(SequenceTokens(s.seq_id, 0, s.all_ids), s.options) for s in seqs]
+        try:
+            return self.pool.workers[target].prefill(requests)
+        except WorkerUnavailableError as e:
+            return e
+
+    def _requests(self, seqs: list[SequenceState], drafts: dict[int, Draft]) -> list[VerifyRequest]:
+        requests = []
+        for s in seqs:
+            tokens, ids, probs = drafts.get(s.seq_id, ([], None, None))
+            k = max(0, min(len(tokens), self.max_model_len - s.num_tokens - 1))  # never past it
+            requests.append(
+                VerifyRequest(
+                    SequenceTokens(s.seq_id, s.target_cached, s.all_ids[s.target_cached :]),
+                    s.options,
+                    tokens[:k],
+                    None if ids is None else ids[:k],
+                    None if probs is None else probs[:k],
+                )
+            )
+        return requests
+
+    def _call(self, share: Verified) -> list[VerifyOutput] | WorkerUnavailableError:
+        try:
+            return self.pool.workers[share.target].verify(share.requests)
+        except WorkerUnavailableError as e:
+            return e
+
+    def close(self) -> None:
+        self._calls.shutdown(wait=True)

@@ -1,0 +1,2 @@
+"""The `specserve` subcommands that do more than parse flags: generate, serve
+(in one process, disaggregated, or in front of a router)."""

@@ -1,0 +1,167 @@
+"""``specserve serve``: everything one machine needs behind an OpenAI-compatible
+HTTP server (the seed's online mode), in one of three shapes:
+
+- by default the target worker, the draft worker and the engine run in this
+  process, the gateway in front;
+- ``--disaggregated`` starts the target worker, the draft worker and the
+  router as separate processes on loopback, talking gRPC, exactly as a
+  cluster deploys them, and runs the gateway in front of the router;
+- ``--router host:port`` runs only the gateway, in front of a Router service
+  that is already running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gateway.backends import Backend, LocalBackend, RouterBackend
+from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
+from model_runtime.specs import ParallelConfig
+from router.config import EngineConfig, SpeculativeConfig
+from router.engine import LLMEngine
+from router.loop import EngineLoop
+from specserve.arguments import speculative_config_from_flag
+from specserve.commands.disaggregated import start_processes
+from specserve.local_workers import build_local_workers
+
+GRACE_S = 5
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str | None = field(
+        default=None,
+        metadata={
+            "help": "target model; default: the bundled pair, with speculation",
+            "positional": True,
+        },
+    )
+    host: str = field(default="0.0.0.0", metadata={"help": "address to listen on"})
+    port: int = field(default=8000, metadata={"help": "port to listen on; 0 picks a free one"})
+    seed: int = field(default=0, metadata={"help": "seed for requests without one"})
+    max_model_len: int | None = field(default=None, metadata={"help": "context length"})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of the GPU"})
+    speculative_config: str | None = field(
+        default=None,
+        metadata={"help": 'JSON (or a JSON file): {"model": ..., "num_speculative_tokens": k}'},
+    )
+    served_model_name: str | None = field(
+        default=None, metadata={"help": "model id the API reports; default: the model argument"}
+    )
+    api_key: str | None = field(
+        default=None, metadata={"help": "require this bearer key (or set SPECSERVE_API_KEY)"}
+    )
+    dtype: str = field(default="auto", metadata={"help": "weight dtype"})
+    device: str = field(default="auto", metadata={"help": "torch device; auto picks cuda"})
+    router: str | None = field(
+        default=None,
+        metadata={"help": "run only the gateway, in front of the Router service at host:port"},
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "with --router: tokenizer folder or hub id; default: the router's model"},
+    )
+    disable_log_stats: bool = field(
+        default=False, metadata={"help": "do not log throughput and speculation statistics"}
+    )
+    log_stats_interval_s: float = field(
+        default=10.0, metadata={"help": "seconds between statistics log lines"}
+    )
+    disaggregated: bool = field(
+        default=False,
+        metadata={
+            "help": "run the target worker, draft worker and router as separate processes "
+            "on loopback (as a cluster deploys them), the gateway in front"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.router is not None:
+            if self.disaggregated:
+                raise ValueError("--router and --disaggregated exclude each other")
+            if self.speculative_config is not None:
+                raise ValueError(
+                    "--speculative_config configures workers; with --router the router's "
+                    "workers are already running: pass it to them"
+                )
+        elif self.tokenizer is not None:
+            raise ValueError("--tokenizer is only for --router (the workers load their own)")
+        self.engine_config(ParallelConfig())  # checks the engine's fields before any loads
+
+    def engine_config(self, parallel: ParallelConfig) -> EngineConfig:
+        spec = speculative_config_from_flag(self.speculative_config)
+        if spec is None and self.model is None:  # the bundled pair speculates
+            spec = SpeculativeConfig(DEFAULT_DRAFT, 5)
+        config = EngineConfig.of(
+            self.model or DEFAULT_TARGET,
+            spec,
+            max_model_len=self.max_model_len,
+            dtype=self.dtype,
+            device=self.device,
+            seed=self.seed,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            log_stats_interval_s=None if self.disable_log_stats else self.log_stats_interval_s,
+        )
+        return replace(config, parallel=parallel)
+
+
+def deprecated_flags_message(speculative_model: str | None, num_tokens: int | None) -> str:
+    """The error for vLLM's old flags, with the --speculative_config that replaces them."""
+    equivalent = {
+        "model": speculative_model or "DRAFT_MODEL",
+        "num_speculative_tokens": num_tokens or 5,
+        "method": "draft_model",
+    }
+    return (
+        "--speculative_model and --num_speculative_tokens are no longer supported; pass "
+        f"--speculative_config '{json.dumps(equivalent)}'"
+    )
+
+
+def serve(config: ServeConfig, parallel: ParallelConfig) -> None:
+    """Serve the gateway until SIGTERM, over the backend ``config`` asks for."""
+    with ExitStack() as stack:
+        backend, default_name = _backend(config, parallel, stack)
+        stack.callback(backend.close)
+        api_key = config.api_key or os.environ.get("SPECSERVE_API_KEY")
+        _run_http(config, _app(backend, config.served_model_name or default_name, api_key))
+
+
+def _backend(
+    config: ServeConfig, parallel: ParallelConfig, stack: ExitStack
+) -> tuple[Backend, str]:
+    """The backend of ``config``'s shape, and the model name it serves by default."""
+    if config.router is not None:
+        remote = RouterBackend(config.router, config.tokenizer)
+        return remote, config.model or remote.model
+    engine_config = config.engine_config(parallel)
+    if config.disaggregated:
+        return RouterBackend(start_processes(engine_config, stack)), engine_config.model
+    engine = LLMEngine(engine_config, build_local_workers(engine_config))
+    return LocalBackend(EngineLoop(engine)), engine_config.model
+
+
+def _app(backend: Backend, served_model_name: str, api_key: str | None) -> Any:
+    # The HTTP stack is imported here, not above: the worker and router
+    # commands share this CLI (and its parser imports this module) without it.
+    from gateway.app import build_app
+
+    return build_app(backend, served_model_name, api_key)
+
+
+def _run_http(config: ServeConfig, app: Any) -> None:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    sock.listen(128)
+    print(f"gateway ready on {config.host}:{sock.getsockname()[1]}", flush=True)
+    # Open keep-alive connections get GRACE_S to finish on SIGTERM, not forever.
+    server = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S)
+    uvicorn.Server(server).run(sockets=[sock])

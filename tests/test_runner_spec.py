@@ -1,0 +1,93 @@
+"""One spec of a runner, one function that builds it: what a RunnerSpec accepts,
+what the builder checks, and that the in-process engine honours max_model_len
+(the worker services, the tensor-parallel ranks and `serve --disaggregated`
+are held to the same in test_grpc_workers, test_tensor_parallel and
+test_disaggregated_serve)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from model_runtime.build import build_runner, build_runners, resolve_device
+from model_runtime.specs import RunnerSpec
+from router.config import EngineConfig, SpeculativeConfig
+from specserve import LLM
+from specserve.local_workers import build_local_workers
+
+SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 3}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization must be in"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization must be in"),
+        ({"max_model_len": 1}, "max_model_len must be >= 2"),
+        ({"block_size": 0}, "block_size must be >= 1"),
+        ({"num_kv_blocks": 0}, "num_kv_blocks must be >= 1"),
+        ({"max_num_seqs": 0}, "max_num_seqs must be >= 1"),
+        ({"dtype": "int8"}, "dtype 'int8' is not supported"),
+        ({"model": ""}, "model must name"),
+    ],
+)
+def test_a_bad_runner_spec_names_its_field(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunnerSpec(**{"model": "m", **fields})
+
+
+def test_auto_is_the_cpu_without_cuda_and_a_bad_device_is_named() -> None:
+    assert resolve_device("auto").type == "cpu"  # the test machines have no GPU
+    with pytest.raises(ValueError, match="device 'gpu0' is not a torch device"):
+        resolve_device("gpu0")
+
+
+def test_a_runner_holds_its_specs_max_model_len(qwen3_checkpoint: Path) -> None:
+    # The random checkpoint allows 512 positions.
+    spec = RunnerSpec(str(qwen3_checkpoint), dtype="float32", max_model_len=64, num_kv_blocks=8)
+    assert build_runner(spec).max_positions == 64
+    unset = RunnerSpec(str(qwen3_checkpoint), dtype="float32", num_kv_blocks=8)
+    assert build_runner(unset).max_positions == 512
+
+
+def test_a_length_the_model_does_not_allow_is_refused_before_loading(tmp_path: Path) -> None:
+    # The draft's checkpoint is missing its weights: the length is refused first.
+    (tmp_path / "config.json").write_text(
+        (Path(__file__).parent.parent / "model_runtime/bundled/demo-draft/config.json").read_text()
+    )
+    spec = RunnerSpec(str(tmp_path), max_model_len=4096)
+    with pytest.raises(ValueError, match=r"max_model_len 4096 exceeds what .* allows \(2048"):
+        build_runner(spec)
+
+
+def test_runners_on_one_device_share_a_budget() -> None:
+    target = RunnerSpec("specserve/demo-target", dtype="float32", max_model_len=128)
+    other_budget = RunnerSpec("specserve/demo-draft", dtype="float32", block_size=8)
+    with pytest.raises(ValueError, match="need the same device, block size and memory budget"):
+        build_runners([target, other_budget])
+    draft = RunnerSpec("specserve/demo-draft", dtype="float32", max_model_len=128)
+    runners = build_runners([target, draft])
+    assert [r.kv_cache.num_blocks for r in runners] == [runners[0].kv_cache.num_blocks] * 2
+
+
+def test_the_in_process_engine_honours_max_model_len() -> None:
+    llm = LLM("specserve/demo-target", speculative_config=SPEC, dtype="float32", max_model_len=96)
+    workers = llm.engine.workers
+    assert llm.engine.max_model_len == 96
+    assert [w.describe().max_model_len for w in (*workers.targets, *workers.drafts)] == [96, 96]
+
+
+def test_the_speculative_configs_max_model_len_bounds_the_engine_too() -> None:
+    spec = SpeculativeConfig("specserve/demo-draft", 3, max_model_len=80)
+    config = EngineConfig.of("specserve/demo-target", spec, dtype="float32", max_model_len=96)
+    assert build_local_workers(config).max_model_len == 80
+
+
+def test_engine_arguments_go_to_the_config_that_holds_them() -> None:
+    config = EngineConfig.of("m", max_model_len=64, tensor_parallel_size=2, overlap=True)
+    assert config.runner.max_model_len == 64
+    assert config.parallel.tensor_parallel_size == 2
+    assert config.overlap
+    with pytest.raises(TypeError, match="unknown engine argument: lookahead_tokens"):
+        EngineConfig.of("m", lookahead_tokens=3)

@@ -1,0 +1,85 @@
+"""Building a worker (in this process, or as ranks on an executor) and serving
+it over gRPC until SIGTERM: what ``specserve draft-worker`` and ``specserve
+target-worker`` share."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from model_runtime.build import build_runner
+from model_runtime.distributed import SINGLE_DEVICE
+from model_runtime.executors import RankExecutor, start_executor
+from model_runtime.rank import WorkerFactory
+from model_runtime.specs import ParallelConfig, RunnerSpec
+from protos.server import RunningServer, ServiceBinding, serve_until_signalled, start_server
+from worker_base.executor_worker import ExecutorWorker
+from worker_base.servicer import ServedWorker
+
+logger = logging.getLogger(__name__)
+
+W = TypeVar("W")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where a worker service listens, and how long it drains on SIGTERM."""
+
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
+    grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.grace_s < 0:
+            raise ValueError(f"grace_s must be >= 0, got {self.grace_s}")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def build_worker(
+    runner: RunnerSpec,
+    parallel: ParallelConfig,
+    factory: WorkerFactory,
+    on_ranks: Callable[[RankExecutor], W],
+    name: str,
+) -> W:
+    """The worker ``factory`` builds over ``runner``: here, or on every rank of an
+    executor (wrapped by ``on_ranks``) when ``parallel`` asks for one."""
+    if not parallel.uses_executor:
+        worker: W = factory(build_runner(runner), SINGLE_DEVICE, runner.model)
+        return worker
+    return on_ranks(start_executor(runner, parallel, factory, name))
+
+
+def serve_worker(
+    worker: ServedWorker,
+    bind: Callable[[Callable[[str], None]], ServiceBinding],
+    server: ServerConfig,
+    kind: str,
+) -> None:
+    """Serve ``worker`` (its service made by ``bind`` from the callback for a failed
+    worker) until SIGTERM; a worker on an executor reports its ranks when it
+    starts, NOT_SERVING when a rank fails, and stops them at the end."""
+    if isinstance(worker, ExecutorWorker):
+        pids = ", ".join(map(str, worker.executor.pids))
+        print(f"{len(worker.executor.pids)} ranks: pids {pids}", flush=True)
+    health: list[RunningServer] = []
+
+    def lost(reason: str) -> None:
+        logger.error("%s failed, reporting NOT_SERVING: %s", kind, reason)
+        for running in health:
+            running.set_serving(False)
+
+    try:
+        running = start_server([bind(lost)], server.address)
+        health.append(running)
+        serve_until_signalled(running, server.grace_s, f"{kind} ready on {server.host}:{{port}}")
+    finally:
+        if isinstance(worker, ExecutorWorker):
+            worker.close()  # stops the ranks and frees their placement

@@ -1,0 +1,94 @@
+"""The gRPC servicer both worker services build on: Release, Describe, and the
+one batch loop that serves every batch stream (Propose, Prefill, Verify).
+
+The servicer only converts messages and delegates; the model runs one batch at
+a time under ``lock``. A malformed batch aborts its stream with
+INVALID_ARGUMENT; problems of one sequence come back in that sequence's
+status. A worker that raises WorkerUnavailableError (a tensor-parallel rank
+died) fails the call with UNAVAILABLE, and ``on_unavailable`` hears of it (the
+service then reports NOT_SERVING).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, TypeVar
+
+import grpc
+
+from model_runtime.errors import WorkerUnavailableError
+from protos import common_pb2 as pb
+from protos.convert import worker_info_to_proto
+from protos.messages import WorkerInfo
+
+Batch = TypeVar("Batch")
+Outputs = TypeVar("Outputs")
+Result = TypeVar("Result")
+
+
+class ServedWorker(Protocol):
+    """What a worker service needs of its worker, in-process or on ranks."""
+
+    @property
+    def num_free_blocks(self) -> int: ...
+
+    def release(self, seq_ids: Sequence[int]) -> int: ...
+
+    def describe(self) -> WorkerInfo: ...
+
+
+class WorkerServicer:
+    def __init__(self, worker: ServedWorker, on_unavailable: Callable[[str], None] | None = None):
+        self.worker = worker
+        self.lock = threading.Lock()
+        self.on_unavailable = on_unavailable
+
+    def unavailable(self, context: grpc.ServicerContext, error: WorkerUnavailableError) -> None:
+        if self.on_unavailable is not None:
+            self.on_unavailable(str(error))
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"this worker has failed: {error}")
+
+    def batch_loop(
+        self,
+        batches: Iterator[Batch],
+        context: grpc.ServicerContext,
+        prepare: Callable[[Batch], Callable[[], Outputs]],
+        reply: Callable[[Batch, Outputs, int], Result],
+    ) -> Iterator[Result]:
+        """One result per batch: ``prepare`` checks and converts a batch into the
+        worker call to make (ValueError: INVALID_ARGUMENT), the call runs under
+        the lock, and ``reply`` converts its outputs and the KV blocks still
+        free into the result."""
+        for batch in batches:
+            try:
+                call = prepare(batch)
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            with self.lock:
+                try:
+                    outputs, free = call(), self.worker.num_free_blocks
+                except WorkerUnavailableError as e:
+                    self.unavailable(context, e)
+                    raise
+            yield reply(batch, outputs, free)
+
+    def Release(
+        self, request: pb.ReleaseRequest, context: grpc.ServicerContext
+    ) -> pb.ReleaseResponse:
+        with self.lock:
+            try:
+                released = self.worker.release(list(request.seq_ids))
+            except WorkerUnavailableError as e:
+                self.unavailable(context, e)
+                raise
+            return pb.ReleaseResponse(num_released=released)
+
+    def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.WorkerInfo:
+        with self.lock:
+            try:
+                info = self.worker.describe()
+            except WorkerUnavailableError as e:
+                self.unavailable(context, e)
+                raise
+            return worker_info_to_proto(info)
