@@ -15,7 +15,6 @@ from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos import convert, draft_worker_pb2_grpc
 from protos import draft_worker_pb2 as dpb
 from protos.messages import Proposal
-from protos.server import ServiceBinding
 from worker_base.serve import ServerConfig, build_worker, serve_worker
 from worker_base.servicer import WorkerServicer
 
@@ -58,10 +57,11 @@ def serve(
     server: ServerConfig, runner: RunnerSpec, draft: DraftWorkerConfig, parallel: ParallelConfig
 ) -> None:
     """Run a draft worker until SIGTERM."""
-    worker = build_draft_worker(runner, draft, parallel)
-
-    def bind(lost: Callable[[str], None]) -> ServiceBinding:
-        servicer = DraftWorkerService(worker, lost)
-        return draft_worker_pb2_grpc.add_DraftWorkerServicer_to_server, servicer, SERVICE_NAME
-
-    serve_worker(worker, bind, server, "draft worker")
+    serve_worker(
+        build_draft_worker(runner, draft, parallel),
+        DraftWorkerService,
+        draft_worker_pb2_grpc.add_DraftWorkerServicer_to_server,
+        SERVICE_NAME,
+        server,
+        "draft worker",
+    )

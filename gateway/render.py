@@ -24,17 +24,19 @@ class Renderer(Protocol):
         ...
 
 
-class CompletionRenderer:
+class _Rendering:
+    def __init__(self, decode: Decode, wants_logprobs: bool):
+        self.decode = decode  # a token id's text
+        self.wants_logprobs = wants_logprobs
+
+
+class CompletionRenderer(_Rendering):
     """/v1/completions: text (after the prompt, when echoing) and the
     completions API's logprobs (covering the prompt too with echo)."""
 
     id_prefix = "cmpl"
     object_name = "text_completion"
     chunk_object_name = "text_completion"
-
-    def __init__(self, decode: Decode, wants_logprobs: bool):
-        self.decode = decode
-        self.wants_logprobs = wants_logprobs
 
     def fields(self, choice: Choice, delta: Delta, streaming: bool) -> dict[str, Any]:
         first = not choice.started
@@ -52,17 +54,13 @@ class CompletionRenderer:
         return {"text": text, "logprobs": logprobs}
 
 
-class ChatRenderer:
+class ChatRenderer(_Rendering):
     """/v1/chat/completions: the assistant's message (a delta when streaming,
     the role in the first) and the chat API's logprobs."""
 
     id_prefix = "chatcmpl"
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
-
-    def __init__(self, decode: Decode, wants_logprobs: bool):
-        self.decode = decode
-        self.wants_logprobs = wants_logprobs
 
     def fields(self, choice: Choice, delta: Delta, streaming: bool) -> dict[str, Any]:
         message: dict[str, Any] = {"content": delta.text}

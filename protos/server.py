@@ -13,13 +13,14 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 # (add_XServicer_to_server, servicer, full service name) for each service.
-ServiceBinding = tuple[Callable[[object, grpc.Server], None], object, str]
+ServiceBinding = tuple[Callable[[Any, grpc.Server], None], object, str]
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -47,7 +47,7 @@ def add_config_arguments(
         options: dict[str, Any] = {"help": f.metadata.get("help", "")}
         if has_default:
             options["default"] = f.default
-            if options["help"]:
+            if options["help"] and f.default is not None:
                 options["help"] += f" (default: {f.default})"
         if "choices" in f.metadata:
             options["choices"] = f.metadata["choices"]
@@ -65,6 +65,13 @@ def add_config_arguments(
             options["type"] = kind
             options["metavar"] = f.name.upper()
         parser.add_argument(*names, dest=f.name, required=not has_default, **options)
+
+
+def flag_of(config_cls: type, name: str, default: Any) -> Any:
+    """A field with the flag of ``config_cls``'s field ``name`` (its help and
+    choices, written once there) and a default of its own."""
+    (source,) = [f for f in dataclasses.fields(config_cls) if f.name == name]
+    return dataclasses.field(default=default, metadata=source.metadata)
 
 
 def config_from_args(config_cls: type[T], args: argparse.Namespace) -> T:

@@ -6,7 +6,10 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 
+from draft_worker import service as draft_service
 from draft_worker.worker import DraftWorkerConfig
 from model_runtime.errors import CheckpointError, UnsupportedModelError
 from model_runtime.executors import PlacementError
@@ -16,6 +19,7 @@ from specserve.arguments import add_config_arguments, config_from_args
 from specserve.commands.generate import GenerateConfig, generate
 from specserve.commands.serve import ServeConfig
 from specserve.launch import ServiceStartError
+from target_worker import service as target_service
 from target_worker.worker import TargetWorkerConfig
 from worker_base.serve import ServerConfig
 
@@ -31,27 +35,11 @@ def _run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_draft_worker(args: argparse.Namespace) -> int:
-    from draft_worker.service import serve
-
-    serve(
-        config_from_args(ServerConfig, args),
-        config_from_args(RunnerSpec, args),
-        config_from_args(DraftWorkerConfig, args),
-        config_from_args(ParallelConfig, args),
-    )
-    return 0
-
-
-def _run_target_worker(args: argparse.Namespace) -> int:
-    from target_worker.service import serve
-
-    serve(
-        config_from_args(ServerConfig, args),
-        config_from_args(RunnerSpec, args),
-        config_from_args(TargetWorkerConfig, args),
-        config_from_args(ParallelConfig, args),
-    )
+def _run_worker(serve: Callable[..., None], worker_config: type, args: argparse.Namespace) -> int:
+    """A draft or target worker service: where it listens, its runner, the
+    worker's own config and its ranks, all from the flags."""
+    configs = (ServerConfig, RunnerSpec, worker_config, ParallelConfig)
+    serve(*(config_from_args(c, args) for c in configs))
     return 0
 
 
@@ -86,14 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_arguments(gen, GenerateConfig)
     gen.set_defaults(run=_run_generate)
-    draft = commands.add_parser("draft-worker", help="serve a draft model over gRPC")
-    for draft_config in (RunnerSpec, ServerConfig, DraftWorkerConfig, ParallelConfig):
-        add_config_arguments(draft, draft_config, skip=RUNNER_INTERNAL)
-    draft.set_defaults(run=_run_draft_worker)
-    target = commands.add_parser("target-worker", help="serve a target model over gRPC")
-    for target_config in (RunnerSpec, ServerConfig, TargetWorkerConfig, ParallelConfig):
-        add_config_arguments(target, target_config, skip=RUNNER_INTERNAL | {"use_triton"})
-    target.set_defaults(run=_run_target_worker)
+    for name, what, serve, worker_config in (
+        ("draft-worker", "a draft", draft_service.serve, DraftWorkerConfig),
+        ("target-worker", "a target", target_service.serve, TargetWorkerConfig),
+    ):
+        worker = commands.add_parser(name, help=f"serve {what} model over gRPC")
+        for config in (RunnerSpec, ServerConfig, worker_config, ParallelConfig):
+            add_config_arguments(worker, config, skip=RUNNER_INTERNAL | {"use_triton"})
+        worker.set_defaults(run=partial(_run_worker, serve, worker_config))
     serve_parser = commands.add_parser(
         "serve", help="serve a model (and its draft) behind an OpenAI-compatible HTTP API"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import partial
+from typing import Any, TypeVar
 
 import grpc
 
@@ -13,13 +14,13 @@ from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos import convert, target_worker_pb2_grpc
 from protos import target_worker_pb2 as tpb
 from protos.messages import VerifyOutput
-from protos.server import ServiceBinding
 from target_worker.tensor_parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 from worker_base.serve import ServerConfig, build_worker, serve_worker
 from worker_base.servicer import WorkerServicer
 
 SERVICE_NAME = "specserve.v1.TargetWorker"
+R = TypeVar("R")
 
 
 class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerServicer):
@@ -28,12 +29,14 @@ class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerSer
     def Prefill(
         self, request_iterator: Iterator[tpb.PrefillBatch], context: grpc.ServicerContext
     ) -> Iterator[tpb.PrefillResult]:
-        return self.batch_loop(request_iterator, context, self._prepare_prefill, _prefill_result)
+        reply = _reply(tpb.PrefillResult, convert.prefill_output_to_proto)
+        return self.batch_loop(request_iterator, context, self._prepare_prefill, reply)
 
     def Verify(
         self, request_iterator: Iterator[tpb.VerifyBatch], context: grpc.ServicerContext
     ) -> Iterator[tpb.VerifyResult]:
-        return self.batch_loop(request_iterator, context, self._prepare_verify, _verify_result)
+        reply = _reply(tpb.VerifyResult, convert.verify_output_to_proto)
+        return self.batch_loop(request_iterator, context, self._prepare_verify, reply)
 
     def _prepare_prefill(self, batch: tpb.PrefillBatch) -> Callable[[], list[VerifyOutput]]:
         requests = [convert.prefill_request_from_proto(m) for m in batch.sequences]
@@ -44,24 +47,16 @@ class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerSer
         return partial(self.worker.verify, requests)
 
 
-def _prefill_result(
-    batch: tpb.PrefillBatch, outputs: list[VerifyOutput], free: int
-) -> tpb.PrefillResult:
-    return tpb.PrefillResult(
-        batch_id=batch.batch_id,
-        outputs=[convert.prefill_output_to_proto(o) for o in outputs],
-        num_free_blocks=free,
-    )
+def _reply(
+    result: Callable[..., R], output_to_proto: Callable[[VerifyOutput], Any]
+) -> Callable[[Any, list[VerifyOutput], int], R]:
+    """How a batch's outputs and the free KV blocks become its ``result`` message."""
 
+    def reply(batch: Any, outputs: list[VerifyOutput], free: int) -> R:
+        protos = [output_to_proto(o) for o in outputs]
+        return result(batch_id=batch.batch_id, outputs=protos, num_free_blocks=free)
 
-def _verify_result(
-    batch: tpb.VerifyBatch, outputs: list[VerifyOutput], free: int
-) -> tpb.VerifyResult:
-    return tpb.VerifyResult(
-        batch_id=batch.batch_id,
-        outputs=[convert.verify_output_to_proto(o) for o in outputs],
-        num_free_blocks=free,
-    )
+    return reply
 
 
 def build_target_worker(
@@ -76,10 +71,11 @@ def serve(
     server: ServerConfig, runner: RunnerSpec, target: TargetWorkerConfig, parallel: ParallelConfig
 ) -> None:
     """Run a target worker until SIGTERM."""
-    worker = build_target_worker(runner, target, parallel)
-
-    def bind(lost: Callable[[str], None]) -> ServiceBinding:
-        servicer = TargetWorkerService(worker, lost)
-        return target_worker_pb2_grpc.add_TargetWorkerServicer_to_server, servicer, SERVICE_NAME
-
-    serve_worker(worker, bind, server, "target worker")
+    serve_worker(
+        build_target_worker(runner, target, parallel),
+        TargetWorkerService,
+        target_worker_pb2_grpc.add_TargetWorkerServicer_to_server,
+        SERVICE_NAME,
+        server,
+        "target worker",
+    )

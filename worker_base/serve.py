@@ -9,14 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import grpc
+
 from model_runtime.build import build_runner
 from model_runtime.distributed import SINGLE_DEVICE
 from model_runtime.executors import RankExecutor, start_executor
 from model_runtime.rank import WorkerFactory
 from model_runtime.specs import ParallelConfig, RunnerSpec
-from protos.server import RunningServer, ServiceBinding, serve_until_signalled, start_server
+from protos.server import RunningServer, serve_until_signalled, start_server
 from worker_base.executor_worker import ExecutorWorker
-from worker_base.servicer import ServedWorker
+from worker_base.servicer import ServedWorker, WorkerServicer
 
 logger = logging.getLogger(__name__)
 
@@ -57,15 +59,21 @@ def build_worker(
     return on_ranks(start_executor(runner, parallel, factory, name))
 
 
+S = TypeVar("S", bound=WorkerServicer)
+
+
 def serve_worker(
     worker: ServedWorker,
-    bind: Callable[[Callable[[str], None]], ServiceBinding],
+    servicer: Callable[[ServedWorker, Callable[[str], None]], S],
+    add_to_server: Callable[[S, grpc.Server], None],
+    service_name: str,
     server: ServerConfig,
     kind: str,
 ) -> None:
-    """Serve ``worker`` (its service made by ``bind`` from the callback for a failed
-    worker) until SIGTERM; a worker on an executor reports its ranks when it
-    starts, NOT_SERVING when a rank fails, and stops them at the end."""
+    """Serve ``worker`` (a ``kind``, such as "draft worker") through its
+    ``servicer`` class, the gRPC service ``service_name``, until SIGTERM; a
+    worker on an executor reports its ranks when it starts, NOT_SERVING when a
+    rank fails, and stops them at the end."""
     if isinstance(worker, ExecutorWorker):
         pids = ", ".join(map(str, worker.executor.pids))
         print(f"{len(worker.executor.pids)} ranks: pids {pids}", flush=True)
@@ -77,7 +85,8 @@ def serve_worker(
             running.set_serving(False)
 
     try:
-        running = start_server([bind(lost)], server.address)
+        binding = (add_to_server, servicer(worker, lost), service_name)
+        running = start_server([binding], server.address)
         health.append(running)
         serve_until_signalled(running, server.grace_s, f"{kind} ready on {server.host}:{{port}}")
     finally:

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model_runtime.config import DTYPES
 from model_runtime.resolve import DEFAULT_TARGET
+from model_runtime.specs import RunnerSpec
 from router.config import EngineConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
-from specserve.arguments import speculative_config_from_flag
+from specserve.arguments import flag_of, speculative_config_from_flag
 from specserve.local_workers import build_local_workers
 
 
 @dataclass(frozen=True)
 class GenerateConfig:
     prompt: str = field(metadata={"help": "text to continue", "positional": True})
-    model: str = field(
-        default=DEFAULT_TARGET,
-        metadata={"help": "checkpoint folder, bundled model name or hub id"},
-    )
+    model: str = flag_of(RunnerSpec, "model", DEFAULT_TARGET)
     speculative_config: str | None = field(
         default=None,
         metadata={"help": 'JSON (or a JSON file): {"model": ..., "num_speculative_tokens": k}'},
@@ -31,19 +28,9 @@ class GenerateConfig:
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     top_k: int = field(default=0, metadata={"help": "0 keeps every token"})
     seed: int | None = field(default=None, metadata={"help": "seed of this request"})
-    dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "weight dtype; auto keeps the checkpoint's",
-            "choices": ["auto", *DTYPES],
-        },
-    )
-    device: str = field(
-        default="auto", metadata={"help": "torch device; auto picks cuda if present"}
-    )
-    max_model_len: int | None = field(
-        default=None, metadata={"help": "context length; default: the model's"}
-    )
+    dtype: str = flag_of(RunnerSpec, "dtype", "auto")
+    device: str = flag_of(RunnerSpec, "device", "auto")
+    max_model_len: int | None = flag_of(RunnerSpec, "max_model_len", None)
 
     def sampling_params(self) -> SamplingParams:
         return SamplingParams(

@@ -21,11 +21,11 @@ from typing import Any
 
 from gateway.backends import Backend, LocalBackend, RouterBackend
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
-from model_runtime.specs import ParallelConfig
+from model_runtime.specs import ParallelConfig, RunnerSpec
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import EngineLoop
-from specserve.arguments import speculative_config_from_flag
+from specserve.arguments import flag_of, speculative_config_from_flag
 from specserve.commands.disaggregated import start_processes
 from specserve.local_workers import build_local_workers
 
@@ -44,8 +44,8 @@ class ServeConfig:
     host: str = field(default="0.0.0.0", metadata={"help": "address to listen on"})
     port: int = field(default=8000, metadata={"help": "port to listen on; 0 picks a free one"})
     seed: int = field(default=0, metadata={"help": "seed for requests without one"})
-    max_model_len: int | None = field(default=None, metadata={"help": "context length"})
-    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "share of the GPU"})
+    max_model_len: int | None = flag_of(RunnerSpec, "max_model_len", None)
+    gpu_memory_utilization: float = flag_of(RunnerSpec, "gpu_memory_utilization", 0.9)
     speculative_config: str | None = field(
         default=None,
         metadata={"help": 'JSON (or a JSON file): {"model": ..., "num_speculative_tokens": k}'},
@@ -56,8 +56,8 @@ class ServeConfig:
     api_key: str | None = field(
         default=None, metadata={"help": "require this bearer key (or set SPECSERVE_API_KEY)"}
     )
-    dtype: str = field(default="auto", metadata={"help": "weight dtype"})
-    device: str = field(default="auto", metadata={"help": "torch device; auto picks cuda"})
+    dtype: str = flag_of(RunnerSpec, "dtype", "auto")
+    device: str = flag_of(RunnerSpec, "device", "auto")
     router: str | None = field(
         default=None,
         metadata={"help": "run only the gateway, in front of the Router service at host:port"},
