@@ -15,7 +15,7 @@ from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos import convert, draft_worker_pb2_grpc
 from protos import draft_worker_pb2 as dpb
 from protos.messages import Proposal
-from worker_base.serve import ServerConfig, build_worker, serve_worker
+from worker_base.serve import ServerConfig, serve_worker, start_worker
 from worker_base.servicer import WorkerServicer
 
 MAX_DRAFT_TOKENS = 32
@@ -50,7 +50,7 @@ def build_draft_worker(
 ) -> DraftWorker | ParallelDraftWorker:
     """The draft worker in this process, or its ranks started by an executor."""
     factory = partial(draft_rank_worker, draft)
-    return build_worker(runner, parallel, factory, ParallelDraftWorker, "draft")
+    return start_worker(runner, parallel, factory, ParallelDraftWorker, "draft")
 
 
 def serve(

@@ -15,12 +15,10 @@ import torch
 
 from model_runtime.config import ModelConfig
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
-from model_runtime.kv_cache import PagedKVCache
 from model_runtime.loader import load_model
-from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner
-from model_runtime.sizing import num_kv_blocks
+from model_runtime.sizing import cache_for, num_kv_blocks
 from model_runtime.specs import RunnerSpec
 
 
@@ -33,6 +31,12 @@ def resolve_device(name: str, gpu_index: int = 0) -> torch.device:
         return torch.device(name)
     except RuntimeError as e:
         raise ValueError(f"device {name!r} is not a torch device (cpu, cuda, cuda:1, ...)") from e
+
+
+def allowed_length(model: str, revision: str | None = None) -> int:
+    """The longest sequence a checkpoint allows (its max_position_embeddings)."""
+    folder = resolve_model(model, revision)
+    return ModelConfig.from_pretrained(folder).max_position_embeddings
 
 
 def model_length(spec: RunnerSpec, config: ModelConfig) -> int:
@@ -95,7 +99,7 @@ def build_runners(
     )
     blocks = tp.min(blocks, device)  # every rank holds the same sequences
     return [
-        ModelRunner(model, _cache_for(model, blocks, first.block_size, device), c.max_len)
+        ModelRunner(model, cache_for(model, blocks, first.block_size, device), c.max_len)
         for model, c in zip(models, checked, strict=True)
     ]
 
@@ -116,19 +120,4 @@ def _budget(spec: RunnerSpec) -> tuple[object, ...]:
         spec.gpu_memory_utilization,
         spec.cpu_memory_bytes,
         spec.max_num_seqs,
-    )
-
-
-def _cache_for(
-    model: LlamaForCausalLM, num_blocks: int, block_size: int, device: torch.device
-) -> PagedKVCache:
-    c = model.config
-    return PagedKVCache(
-        c.num_hidden_layers,
-        model.num_kv_heads_per_rank,
-        c.head_dim,
-        num_blocks,
-        block_size,
-        model.lm_head.weight.dtype,
-        device,
     )

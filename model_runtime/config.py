@@ -10,6 +10,7 @@ import torch
 from transformers import AutoConfig, PretrainedConfig
 
 from model_runtime.errors import CheckpointError, UnsupportedModelError
+from model_runtime.specs import DTYPE_NAMES
 
 SUPPORTED_ARCHITECTURES = (
     "LlamaForCausalLM",
@@ -23,6 +24,7 @@ DTYPES = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+assert tuple(DTYPES) == DTYPE_NAMES
 
 
 def resolve_dtype(

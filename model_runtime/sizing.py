@@ -1,5 +1,6 @@
-"""How many KV blocks fit: ``gpu_memory_utilization`` of a GPU, or a byte
-budget on CPUs, after the weights of every model that shares the device."""
+"""A model's KV cache: how many blocks fit (``gpu_memory_utilization`` of a
+GPU, or a byte budget on CPUs, after the weights of every model that shares
+the device), and the cache itself, shaped for the model's shard."""
 
 from __future__ import annotations
 
@@ -16,15 +17,21 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def _geometry(model: LlamaForCausalLM) -> tuple[int, int, int]:
+    """(layers, kv heads of this rank, head dim) of the model's cache."""
+    return model.config.num_hidden_layers, model.num_kv_heads_per_rank, model.config.head_dim
+
+
 def kv_bytes_per_block(model: LlamaForCausalLM, block_size: int) -> int:
-    c = model.config
-    return PagedKVCache.bytes_per_block(
-        c.num_hidden_layers,
-        model.num_kv_heads_per_rank,
-        c.head_dim,
-        block_size,
-        model.lm_head.weight.dtype,
-    )
+    return PagedKVCache.bytes_per_block(*_geometry(model), block_size, model.lm_head.weight.dtype)
+
+
+def cache_for(
+    model: LlamaForCausalLM, num_blocks: int, block_size: int, device: torch.device
+) -> PagedKVCache:
+    """A cache of ``num_blocks`` blocks for the model, in its dtype."""
+    dtype = model.lm_head.weight.dtype
+    return PagedKVCache(*_geometry(model), num_blocks, block_size, dtype, device)
 
 
 def num_kv_blocks(

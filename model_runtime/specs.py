@@ -1,7 +1,8 @@
 """What a runner is built from, and how a model is split over ranks.
 
-Plain frozen configs, validated when built; nothing here loads or runs a
-model, so the engine and the command line can hold them without the runtime.
+Plain frozen configs, validated when built; this module imports nothing of
+the runtime (not even torch), so the engine and the command line can hold
+them without loading it.
 ``model_runtime.build`` turns a ``RunnerSpec`` into a runner, and
 ``model_runtime.executors`` places ranks as a ``ParallelConfig`` says.
 """
@@ -10,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model_runtime.config import DTYPES
-
+# The weight dtypes a runner can hold (model_runtime.config maps them to torch's).
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
 BACKENDS = ("mp", "ray")
 
 
@@ -32,7 +33,7 @@ class RunnerSpec:
         default="auto",
         metadata={
             "help": "weight dtype; auto keeps the checkpoint's",
-            "choices": ["auto", *DTYPES],
+            "choices": ["auto", *DTYPE_NAMES],
         },
     )
     device: str = field(
@@ -55,10 +56,9 @@ class RunnerSpec:
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("model must name a checkpoint folder, bundled model or hub id")
-        if self.dtype != "auto" and self.dtype not in DTYPES:
-            raise ValueError(
-                f"dtype {self.dtype!r} is not supported; use auto or one of {', '.join(DTYPES)}"
-            )
+        if self.dtype != "auto" and self.dtype not in DTYPE_NAMES:
+            allowed = ", ".join(DTYPE_NAMES)
+            raise ValueError(f"dtype {self.dtype!r} is not supported; use auto or one of {allowed}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"

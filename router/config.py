@@ -7,6 +7,9 @@ from typing import Any
 
 from model_runtime.specs import ParallelConfig, RunnerSpec
 
+# Other names of engine arguments: vLLM's, and the one this engine used before.
+ALIASES = {"num_gpu_blocks_override": "num_kv_blocks", "num_kv_blocks_override": "num_kv_blocks"}
+
 SPECULATIVE_KEYS = (
     "model",
     "num_speculative_tokens",
@@ -81,7 +84,11 @@ class SpeculativeConfig:
 class EngineConfig:
     """Everything an engine is built from: the target's runner (the draft's is
     the same but for the model), how the target splits over ranks, and the
-    engine's own knobs. ``of`` takes vLLM's flat keyword arguments."""
+    engine's own knobs. ``of`` takes vLLM's flat keyword arguments.
+
+    An engine over gRPC workers reads only the runner's model name and
+    max_num_seqs (its admission cap): the runners are the workers'.
+    """
 
     runner: RunnerSpec
     speculative: SpeculativeConfig | None = None
@@ -107,7 +114,7 @@ class EngineConfig:
         return self.runner.model
 
     @property
-    def max_model_len(self) -> int | None:
+    def requested_max_model_len(self) -> int | None:
         """The longest sequence asked for: the smaller of the runner's and the
         speculative config's max_model_len (None: the target model's own)."""
         spec = self.speculative
@@ -126,7 +133,8 @@ class EngineConfig:
         ``tensor_parallel_size=...``): each goes to the config that holds it;
         TypeError names any that none holds."""
         parts: dict[type, dict[str, Any]] = {RunnerSpec: {}, ParallelConfig: {}, cls: {}}
-        for name, value in options.items():
+        for given, value in options.items():
+            name = ALIASES.get(given, given)
             owner = next((c for c in parts if name in _settable(c)), None)
             if owner is None:
                 raise TypeError(f"unknown engine argument: {name}")
@@ -141,7 +149,7 @@ class EngineConfig:
     @classmethod
     def argument_names(cls) -> set[str]:
         """The flat arguments ``of`` takes besides model and speculative."""
-        return _settable(RunnerSpec) | _settable(ParallelConfig) | _settable(cls)
+        return _settable(RunnerSpec) | _settable(ParallelConfig) | _settable(cls) | set(ALIASES)
 
 
 def _settable(config: type) -> set[str]:

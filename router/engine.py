@@ -66,7 +66,7 @@ class LLMEngine:
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
         self._seq_ids = itertools.count(secrets.randbits(56))
-        self.stats_log = StatsLog(config.log_stats_interval_s, self.metrics)
+        self.stats_log = StatsLog(config.log_stats_interval_s, self.metrics, logger)
 
     @property
     def speculating(self) -> bool:

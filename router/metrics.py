@@ -11,8 +11,6 @@ from dataclasses import dataclass, field, replace
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-logger = logging.getLogger(__name__)
-
 
 @dataclass
 class SpeculationMetrics:
@@ -123,12 +121,13 @@ class EngineCollector(Collector):
 
 
 class StatsLog:
-    """Logs throughput and the speculation counters every ``interval_s`` seconds
-    (never when it is None)."""
+    """Logs throughput and the speculation counters to ``log`` every
+    ``interval_s`` seconds (never when it is None)."""
 
-    def __init__(self, interval_s: float | None, metrics: SpeculationMetrics):
+    def __init__(self, interval_s: float | None, metrics: SpeculationMetrics, log: logging.Logger):
         self.interval_s = interval_s
         self.metrics = metrics
+        self.log = log
         self._last = time.monotonic()
         self._tokens = 0
 
@@ -142,7 +141,7 @@ class StatsLog:
             return
         rate = self._tokens / max(now - self._last, 1e-9)
         speculation = self.metrics.num_speculative_tokens
-        logger.info(
+        self.log.info(
             "running %d, waiting %d, generation %.1f tokens/s%s",
             num_running,
             num_waiting,

@@ -67,10 +67,12 @@ def add_config_arguments(
         parser.add_argument(*names, dest=f.name, required=not has_default, **options)
 
 
-def flag_of(config_cls: type, name: str, default: Any) -> Any:
-    """A field with the flag of ``config_cls``'s field ``name`` (its help and
-    choices, written once there) and a default of its own."""
+def flag_of(config_cls: type, name: str, default: Any = dataclasses.MISSING) -> Any:
+    """A field with the flag of ``config_cls``'s field ``name``: its help,
+    choices and default, written once there (``default`` overrides the last)."""
     (source,) = [f for f in dataclasses.fields(config_cls) if f.name == name]
+    if default is dataclasses.MISSING:
+        default = source.default
     return dataclasses.field(default=default, metadata=source.metadata)
 
 

@@ -23,8 +23,9 @@ from target_worker import service as target_service
 from target_worker.worker import TargetWorkerConfig
 from worker_base.serve import ServerConfig
 
-# Fields of a worker's RunnerSpec that are not flags: the engine sets them.
-RUNNER_INTERNAL = {"revision", "lookahead_tokens"}
+# A worker's RunnerSpec field that is not a flag: only an in-process engine
+# reserves room for a round past max_model_len.
+RUNNER_INTERNAL = {"lookahead_tokens"}
 
 
 def _run_generate(args: argparse.Namespace) -> int:

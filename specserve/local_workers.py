@@ -22,8 +22,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from draft_worker.tensor_parallel import ParallelDraftWorker, draft_rank_worker
 from draft_worker.worker import DraftWorker, DraftWorkerConfig
-from model_runtime.build import build_runner, build_runners
-from model_runtime.config import ModelConfig
+from model_runtime.build import allowed_length, build_runner, build_runners
 from model_runtime.executors import start_executor
 from model_runtime.resolve import resolve_model
 from model_runtime.specs import RunnerSpec
@@ -57,15 +56,12 @@ def build_local_workers(config: EngineConfig) -> Workers:
 def _target_spec(config: EngineConfig) -> RunnerSpec:
     """The target's runner: the engine's length, and room for one round beyond it."""
     # The build refuses a length the model does not allow.
-    length = config.max_model_len or _own_length(config.runner.model, config.runner.revision)
+    length = config.requested_max_model_len or allowed_length(
+        config.runner.model, config.runner.revision
+    )
     return replace(
         config.runner, max_model_len=length, lookahead_tokens=config.num_speculative_tokens + 1
     )
-
-
-def _own_length(model: str, revision: str | None) -> int:
-    folder = resolve_model(model, revision)
-    return ModelConfig.from_pretrained(folder).max_position_embeddings
 
 
 def _draft_spec(
@@ -79,9 +75,16 @@ def _draft_spec(
     check_same_tokenizer(
         tokenizer, AutoTokenizer.from_pretrained(resolve_model(spec.model, spec.revision))
     )
-    own = _own_length(spec.model, spec.revision)
-    length = min(target.max_model_len or own, own)
+    length = draft_length(target.max_model_len, spec.model, spec.revision)
     return replace(target, model=spec.model, revision=spec.revision, max_model_len=length)
+
+
+def draft_length(engine_length: int | None, model: str, revision: str | None) -> int | None:
+    """The draft's length: the engine's, or less where the draft model allows
+    less (sequences past it are decoded without drafts); None: its own."""
+    if engine_length is None:
+        return None
+    return min(engine_length, allowed_length(model, revision))
 
 
 def _on_executors(
@@ -96,10 +99,10 @@ def _on_executors(
     executor = start_executor(target_spec, config.parallel, target_factory, "target")
     target = ParallelTargetWorker(executor)
     drafts: list[DraftClient] = []
-    if draft_spec is not None and config.speculative is not None:
+    if draft_spec is not None:
         draft_spec = replace(draft_spec, num_kv_blocks=target.info.num_blocks)
         draft_config = DraftWorkerConfig(config.draft_top_n, config.seed)
-        size = config.speculative.draft_tensor_parallel_size
+        size = config.speculative.draft_tensor_parallel_size if config.speculative else 1
         if size > 1:
             parallel = replace(config.parallel, tensor_parallel_size=size)
             factory = partial(draft_rank_worker, draft_config)

@@ -16,7 +16,7 @@ from protos import target_worker_pb2 as tpb
 from protos.messages import VerifyOutput
 from target_worker.tensor_parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
-from worker_base.serve import ServerConfig, build_worker, serve_worker
+from worker_base.serve import ServerConfig, serve_worker, start_worker
 from worker_base.servicer import WorkerServicer
 
 SERVICE_NAME = "specserve.v1.TargetWorker"
@@ -64,7 +64,7 @@ def build_target_worker(
 ) -> TargetWorker | ParallelTargetWorker:
     """The target worker in this process, or its ranks started by an executor."""
     factory = partial(target_rank_worker, target)
-    return build_worker(runner, parallel, factory, ParallelTargetWorker, "target")
+    return start_worker(runner, parallel, factory, ParallelTargetWorker, "target")
 
 
 def serve(

@@ -209,7 +209,7 @@ def test_statistics_are_logged_with_acceptance_and_throughput(
     client(base).completions.create(
         model="specserve/demo-target", prompt="def h(y):", max_tokens=12, temperature=0
     )
-    lines = [line for line in process.output_tail if "router.metrics" in line]  # type: ignore[attr-defined]
+    lines = [line for line in process.output_tail if "router.engine" in line]  # type: ignore[attr-defined]
     assert any(
         "tokens/s" in line and "acceptance rate" in line and "mean acceptance length" in line
         for line in lines

@@ -6,14 +6,21 @@ test_disaggregated_serve)."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from model_runtime.build import build_runner, build_runners, resolve_device
+from model_runtime.resolve import resolve_model
 from model_runtime.specs import RunnerSpec
 from router.config import EngineConfig, SpeculativeConfig
-from specserve import LLM
+from specserve import LLM, SamplingParams
+from specserve.arguments import config_from_args
+from specserve.cli import build_parser
+from specserve.launch import service
 from specserve.local_workers import build_local_workers
 
 SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 3}
@@ -84,10 +91,62 @@ def test_the_speculative_configs_max_model_len_bounds_the_engine_too() -> None:
     assert build_local_workers(config).max_model_len == 80
 
 
+@pytest.fixture(scope="module")
+def short_draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled draft, declared to hold only 256 positions."""
+    folder = tmp_path_factory.mktemp("short-draft")
+    shutil.copytree(resolve_model("specserve/demo-draft"), folder, dirs_exist_ok=True)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 256}))
+    return folder
+
+
+def test_a_shorter_draft_keeps_its_length_and_the_output_stays_the_targets(
+    short_draft: Path,
+) -> None:
+    spec = {"model": str(short_draft), "num_speculative_tokens": 3}
+    llm = LLM("specserve/demo-target", speculative_config=spec, dtype="float32", max_model_len=512)
+    assert llm.engine.max_model_len == 512
+    assert llm.engine.workers.drafts[0].describe().max_model_len == 256
+    prompt = {"prompt_token_ids": list(range(10, 250))}  # drafts stop past 256 tokens
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    plain = LLM("specserve/demo-target", dtype="float32", max_model_len=512)
+    expected = plain.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids
+    assert llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids == expected
+
+
+def test_serve_disaggregated_gives_a_shorter_draft_its_own_length(short_draft: Path) -> None:
+    spec = json.dumps({"model": str(short_draft), "num_speculative_tokens": 3})
+    flags = ("--host", "127.0.0.1", "--dtype", "float32", "--max_model_len", "512")
+    with service("serve", *flags, "--speculative_config", spec, "--disaggregated") as (address, _):
+        (card,) = json.load(urllib.request.urlopen(f"http://{address}/v1/models"))["data"]
+        assert card["max_model_len"] == 512
+
+
 def test_engine_arguments_go_to_the_config_that_holds_them() -> None:
     config = EngineConfig.of("m", max_model_len=64, tensor_parallel_size=2, overlap=True)
     assert config.runner.max_model_len == 64
     assert config.parallel.tensor_parallel_size == 2
     assert config.overlap
+    assert EngineConfig.of("m", num_gpu_blocks_override=7).runner.num_kv_blocks == 7
     with pytest.raises(TypeError, match="unknown engine argument: lookahead_tokens"):
         EngineConfig.of("m", lookahead_tokens=3)
+
+
+@pytest.mark.parametrize("command", ["draft-worker", "target-worker"])
+def test_a_worker_command_takes_the_runner_spec_as_flags(command: str) -> None:
+    args = build_parser().parse_args(
+        [
+            command,
+            "--model",
+            "m",
+            "--revision",
+            "v2",
+            "--max_model_len",
+            "64",
+            "--dtype",
+            "bfloat16",
+        ]
+    )
+    expected = RunnerSpec("m", revision="v2", max_model_len=64, dtype="bfloat16")
+    assert config_from_args(RunnerSpec, args) == expected

@@ -12,9 +12,9 @@ from typing import TypeVar
 import grpc
 
 from model_runtime.build import build_runner
-from model_runtime.distributed import SINGLE_DEVICE
+from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.executors import RankExecutor, start_executor
-from model_runtime.rank import WorkerFactory
+from model_runtime.runner import ModelRunner
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos.server import RunningServer, serve_until_signalled, start_server
 from worker_base.executor_worker import ExecutorWorker
@@ -22,7 +22,8 @@ from worker_base.servicer import ServedWorker, WorkerServicer
 
 logger = logging.getLogger(__name__)
 
-W = TypeVar("W")
+Local = TypeVar("Local")  # the worker over a runner in this process
+OnRanks = TypeVar("OnRanks")  # the worker whose ranks run on an executor
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,17 @@ class ServerConfig:
         return f"{self.host}:{self.port}"
 
 
-def build_worker(
+def start_worker(
     runner: RunnerSpec,
     parallel: ParallelConfig,
-    factory: WorkerFactory,
-    on_ranks: Callable[[RankExecutor], W],
+    factory: Callable[[ModelRunner, TensorParallelGroup, str], Local],
+    on_ranks: Callable[[RankExecutor], OnRanks],
     name: str,
-) -> W:
+) -> Local | OnRanks:
     """The worker ``factory`` builds over ``runner``: here, or on every rank of an
     executor (wrapped by ``on_ranks``) when ``parallel`` asks for one."""
     if not parallel.uses_executor:
-        worker: W = factory(build_runner(runner), SINGLE_DEVICE, runner.model)
-        return worker
+        return factory(build_runner(runner), SINGLE_DEVICE, runner.model)
     return on_ranks(start_executor(runner, parallel, factory, name))
 
 

@@ -28,9 +28,9 @@ class GenerateConfig:
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     top_k: int = field(default=0, metadata={"help": "0 keeps every token"})
     seed: int | None = field(default=None, metadata={"help": "seed of this request"})
-    dtype: str = flag_of(RunnerSpec, "dtype", "auto")
-    device: str = flag_of(RunnerSpec, "device", "auto")
-    max_model_len: int | None = flag_of(RunnerSpec, "max_model_len", None)
+    dtype: str = flag_of(RunnerSpec, "dtype")
+    device: str = flag_of(RunnerSpec, "device")
+    max_model_len: int | None = flag_of(RunnerSpec, "max_model_len")
 
     def sampling_params(self) -> SamplingParams:
         return SamplingParams(

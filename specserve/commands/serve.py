@@ -44,8 +44,8 @@ class ServeConfig:
     host: str = field(default="0.0.0.0", metadata={"help": "address to listen on"})
     port: int = field(default=8000, metadata={"help": "port to listen on; 0 picks a free one"})
     seed: int = field(default=0, metadata={"help": "seed for requests without one"})
-    max_model_len: int | None = flag_of(RunnerSpec, "max_model_len", None)
-    gpu_memory_utilization: float = flag_of(RunnerSpec, "gpu_memory_utilization", 0.9)
+    max_model_len: int | None = flag_of(RunnerSpec, "max_model_len")
+    gpu_memory_utilization: float = flag_of(RunnerSpec, "gpu_memory_utilization")
     speculative_config: str | None = field(
         default=None,
         metadata={"help": 'JSON (or a JSON file): {"model": ..., "num_speculative_tokens": k}'},
@@ -56,8 +56,8 @@ class ServeConfig:
     api_key: str | None = field(
         default=None, metadata={"help": "require this bearer key (or set SPECSERVE_API_KEY)"}
     )
-    dtype: str = flag_of(RunnerSpec, "dtype", "auto")
-    device: str = flag_of(RunnerSpec, "device", "auto")
+    dtype: str = flag_of(RunnerSpec, "dtype")
+    device: str = flag_of(RunnerSpec, "device")
     router: str | None = field(
         default=None,
         metadata={"help": "run only the gateway, in front of the Router service at host:port"},
