@@ -17,16 +17,15 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from protos.server import catch_termination, wait_for
 from specserve.launch import ServiceProcess, free_port
 
 DNS = "dns:///"
@@ -77,9 +76,10 @@ def services(manifests: list[dict[str, Any]], listening: dict[str, int]) -> dict
     }
 
 
-def localise(args: list[str], ports: dict[str, int], dialled: dict[str, str]) -> list[str]:
-    """The same arguments, listening and dialling on loopback (less ``--port``,
-    which the caller passes)."""
+def localise(args: list[str], addresses: dict[str, str], dialled: dict[str, str]) -> list[str]:
+    """The same arguments, listening and dialling on loopback: a Service name
+    becomes the address its command (started before) listens on; ``--port`` is
+    left out (the caller passes one)."""
     out: list[str] = []
     for i, a in enumerate(args):
         previous = args[i - 1] if i else ""
@@ -90,7 +90,7 @@ def localise(args: list[str], ports: dict[str, int], dialled: dict[str, str]) ->
         elif previous == "--metrics-port":
             a = str(free_port())
         elif (name := a.removeprefix(DNS)) in dialled:  # dns:///NAME:PORT stays a name
-            a = a.replace(name, f"127.0.0.1:{ports[dialled[name]]}")
+            a = a.replace(name, addresses[dialled[name]])
         out.append(a)
     return out
 
@@ -103,10 +103,7 @@ def main() -> None:
     found = commands(manifests)
     listening = {c: int(a[a.index("--port") + 1]) for c, a in found.items()}
     dialled = services(manifests, listening)
-    ports = {command: free_port() for command in found}
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    received = catch_termination()
     with ExitStack() as stack:
         if "--ray-address" in found["target-worker"]:
             ray = str(Path(sys.executable).parent / "ray")
@@ -115,14 +112,17 @@ def main() -> None:
             head += ["--include-dashboard=false", "--disable-usage-stats"]
             subprocess.run([ray, *head], check=True, capture_output=True)
             stack.callback(subprocess.run, [ray, "stop", "--force"], capture_output=True)
-        addresses = {}
+        # Each listens on a port the system picks (port 0) and says which once
+        # ready: ports chosen ahead could be taken meanwhile (Ray's processes
+        # take many).
+        addresses: dict[str, str] = {}
         for command in ORDER:
-            args = localise(found[command], ports, dialled)
-            process = ServiceProcess(*args, port=ports[command], echo_prefix=command)
+            args = localise(found[command], addresses, dialled)
+            process = ServiceProcess(*args, echo_prefix=command)
             stack.callback(process.stop)
             addresses[command] = process.wait_ready()
         print(f"local deployment ready: gateway on {addresses['serve']}", flush=True)
-        stop.wait()
+        wait_for(received)
 
 
 if __name__ == "__main__":

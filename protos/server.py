@@ -9,7 +9,7 @@ any specserve process.
 from __future__ import annotations
 
 import signal
-import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -83,9 +83,27 @@ def start_server(
 def serve_until_signalled(running: RunningServer, grace_s: float, ready_line: str) -> None:
     """Print ``ready_line`` (with the bound port), serve until SIGTERM or SIGINT,
     then shut down in order: health NOT_SERVING, drain for ``grace_s``, stop."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    received = catch_termination()
     print(ready_line.format(port=running.port), flush=True)
-    stop.wait()
+    wait_for(received)
     running.stop(grace_s)
+
+
+def catch_termination() -> list[int]:
+    """From now on SIGTERM and SIGINT are appended to the returned list.
+
+    The handlers touch no lock: a handler that set a threading.Event could
+    deadlock against the main thread waiting on that same Event (the handler
+    runs in the main thread, in the middle of the wait), and the process would
+    then never stop.
+    """
+    received: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _: received.append(signum))
+    return received
+
+
+def wait_for(received: list[int], poll_s: float = 0.1) -> None:
+    """Return once ``received`` (from ``catch_termination``) holds a signal."""
+    while not received:
+        time.sleep(poll_s)
