@@ -15,6 +15,7 @@ import torch
 
 from model_runtime.config import ModelConfig
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.kv_cache import blocks_for
 from model_runtime.loader import load_model
 from model_runtime.resolve import resolve_model
 from model_runtime.runner import ModelRunner
@@ -85,9 +86,10 @@ def build_runners(
         checked.append(
             _Checked(spec, str(folder), model_length(spec, ModelConfig.from_pretrained(folder)))
         )
+    longest = max(c.max_len for c in checked)
+    _check_fixed_cache(first, longest)
     device = resolve_device(first.device, gpu_index)
     models = [load_model(c.folder, c.spec.dtype, device, tp, c.max_len) for c in checked]
-    longest = max(c.max_len + c.spec.lookahead_tokens for c in checked)
     blocks = first.num_kv_blocks or num_kv_blocks(
         models,
         device,
@@ -110,6 +112,20 @@ def build_runner(
     """The runner of one model (see ``build_runners``)."""
     (runner,) = build_runners([spec], tp, gpu_index)
     return runner
+
+
+def _check_fixed_cache(spec: RunnerSpec, max_len: int) -> None:
+    """ValueError for a ``num_kv_blocks`` too small for one sequence of
+    ``max_len`` tokens (the budget's own sizing checks the same)."""
+    if spec.num_kv_blocks is None:
+        return
+    needed = blocks_for(max_len, spec.block_size)
+    if spec.num_kv_blocks < needed:
+        raise ValueError(
+            f"num_kv_blocks {spec.num_kv_blocks} cannot hold one sequence of max_model_len "
+            f"{max_len} ({needed} blocks of {spec.block_size} tokens): raise num_kv_blocks "
+            "or lower max_model_len"
+        )
 
 
 def _budget(spec: RunnerSpec) -> tuple[object, ...]:

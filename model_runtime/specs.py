@@ -24,7 +24,8 @@ class RunnerSpec:
     the memory budget holds after the weights: ``gpu_memory_utilization`` of a
     GPU, or ``cpu_memory_bytes`` on CPUs (for all ranks of a tensor-parallel
     group together), never more than ``max_num_seqs`` sequences of
-    ``max_model_len + lookahead_tokens`` tokens need.
+    ``max_model_len`` tokens need. A cache that cannot hold one such sequence
+    is refused: a sequence could then never finish.
     """
 
     model: str = field(metadata={"help": "checkpoint folder, bundled model name or hub id"})
@@ -49,9 +50,6 @@ class RunnerSpec:
     )
     max_num_seqs: int = field(default=256, metadata={"help": "sequences the KV cache sizes for"})
     num_kv_blocks: int | None = field(default=None, metadata={"help": "override the KV budget"})
-    # Tokens a sequence may need past max_model_len while a round is planned
-    # (the engine reserves k + 1); sizes the cache only.
-    lookahead_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -70,8 +68,6 @@ class RunnerSpec:
         for name in ("block_size", "max_num_seqs", "cpu_memory_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lookahead_tokens < 0:
-            raise ValueError(f"lookahead_tokens must be >= 0, got {self.lookahead_tokens}")
 
 
 @dataclass(frozen=True)

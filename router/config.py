@@ -153,7 +153,6 @@ class EngineConfig:
 
 
 def _settable(config: type) -> set[str]:
-    """The fields of a config a user sets by name (nested configs and the
-    runner's internal fields excluded)."""
-    internal = {"model", "runner", "speculative", "parallel", "lookahead_tokens"}
+    """The fields of a config a user sets by name (not the nested configs)."""
+    internal = {"model", "runner", "speculative", "parallel"}
     return {f.name for f in fields(config)} - internal

@@ -12,8 +12,9 @@ recomputed from its tokens later.
 
 Draft workers are interchangeable: a sequence whose draft worker is lost moves
 to another and is re-prefilled there from its tokens; with none reachable a
-round is plain decoding (a verify with no drafts). A lost target worker fails
-the sequences that lived on it; the others, and new requests, go on elsewhere.
+round is plain decoding (a verify with no drafts). The sequences of a lost
+target worker are re-prefilled from their tokens on another target (a replica
+loss costs latency, not requests); with no target left they fail.
 """
 
 from __future__ import annotations
@@ -22,19 +23,20 @@ import itertools
 import logging
 import secrets
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from model_runtime.errors import WorkerUnavailableError
-from model_runtime.kv_cache import blocks_for
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.status import StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
+from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
 from router.drafting import Draft, Drafter
 from router.metrics import EngineStats, SpeculationMetrics, StatsLog
 from router.params import SamplingParams
 from router.pool import WorkerPool
+from router.scheduler import Scheduler
 from router.sequence import SequenceState, check_prompt, new_sequences
 from router.verifying import Verifier
 from router.workers import Workers
@@ -61,12 +63,21 @@ class LLMEngine:
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
         self._turn = 0  # the micro-batch to verify next, with overlap
-        self.waiting: deque[SequenceState] = deque()
-        self.running: list[SequenceState] = []
+        self.scheduler = Scheduler(
+            workers.block_size, self.k, self.max_model_len, config.runner.max_num_seqs
+        )
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
         self._seq_ids = itertools.count(secrets.randbits(56))
         self.stats_log = StatsLog(config.log_stats_interval_s, self.metrics, logger)
+
+    @property
+    def waiting(self) -> deque[SequenceState]:
+        return self.scheduler.waiting
+
+    @property
+    def running(self) -> list[SequenceState]:
+        return self.scheduler.running
 
     @property
     def speculating(self) -> bool:
@@ -113,7 +124,9 @@ class LLMEngine:
             self.running.remove(seq)
             seq.finish_reason = "abort"
             self._release(seq)
-        self.waiting = deque(s for s in self.waiting if s.request_id != request_id)
+        kept = [s for s in self.waiting if s.request_id != request_id]
+        self.waiting.clear()
+        self.waiting.extend(kept)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -139,43 +152,10 @@ class LLMEngine:
         self.stats_log.maybe_log(len(self.running), len(self.waiting))
         return finished
 
-    def _on(self, target: int) -> list[SequenceState]:
-        return [s for s in self.running if s.target_worker == target]
-
-    def _growth_blocks(self, seqs: Iterable[SequenceState]) -> int:
-        """Blocks the next round may take: every sequence plus k + 1 tokens."""
-        bs = self.workers.block_size
-        return sum(
-            blocks_for(s.num_tokens + self.k + 1, bs) - blocks_for(s.target_cached, bs)
-            for s in seqs
-        )
-
-    def _smaller_micro_batch(self) -> int:
-        in_first = sum(s.micro_batch == 0 for s in self.running)
-        return 0 if 2 * in_first <= len(self.running) else 1
-
-    def _room(self, target: int) -> int:
-        worker = self.workers.targets[target]
-        return worker.num_free_blocks - self._growth_blocks(self._on(target))
-
     def _admit(self, targets: list[int], finished: list[SequenceState]) -> None:
-        room = {t: self._room(t) for t in targets}
-        placed: dict[int, list[SequenceState]] = {t: [] for t in targets}
-        admitted = 0
-        while self.waiting and len(self.running) + admitted < self.config.runner.max_num_seqs:
-            need = self._growth_blocks([self.waiting[0]])
-            target = max(targets, key=lambda t: room[t])  # the least loaded
-            if need > room[target]:
-                break
-            room[target] -= need
-            seq = self.waiting.popleft()
-            seq.target_worker = target
-            seq.micro_batch = self._smaller_micro_batch()
-            placed[target].append(seq)
-            admitted += 1
-        for target, seqs in placed.items():
-            if seqs:
-                self._prefill(target, seqs, finished)
+        free = {t: self.workers.targets[t].num_free_blocks for t in targets}
+        for target, seqs in self.scheduler.admit(free).items():
+            self._prefill(target, seqs, finished)
 
     def _prefill(
         self, target: int, seqs: list[SequenceState], finished: list[SequenceState]
@@ -203,10 +183,9 @@ class LLMEngine:
 
     def _make_room(self) -> None:
         """Preempt the newest sequences of a target until its round fits in its cache."""
-        for target in range(len(self.workers.targets)):
-            on_target = self._on(target)
-            while len(on_target) > 1 and self._room(target) < 0:
-                victim = on_target.pop()
+        for target in self.targets.up():
+            free = self.workers.targets[target].num_free_blocks
+            for victim in self.scheduler.victims(target, free):
                 self._requeue(victim)
                 logger.info("preempted sequence %d to free KV blocks", victim.seq_id)
 
@@ -238,8 +217,7 @@ class LLMEngine:
         for share in self.verifier.verify(seqs, drafts):
             if isinstance(share.outputs, WorkerUnavailableError):
                 self.targets.lose(share.target, share.outputs)
-                lost = f"target worker {share.target} was lost: {share.outputs}"
-                self._fail(share.seqs, lost, finished)
+                self._move_off(share.seqs)
                 continue
             for seq, req, out in zip(share.seqs, share.requests, share.outputs, strict=True):
                 self._apply_verify(seq, req, out, seq.seq_id in drafts, finished)
@@ -282,6 +260,15 @@ class LLMEngine:
             self._release(seq)
             finished.append(seq)
 
+    def _move_off(self, seqs: list[SequenceState]) -> None:
+        """Sequences whose target worker was lost wait again at the front, to be
+        re-prefilled from their tokens on another target (their draft KV stays)."""
+        for seq in seqs:
+            self.running.remove(seq)
+            seq.target_worker, seq.target_cached = -1, 0
+        self.waiting.extendleft(reversed(seqs))
+        logger.warning("%d sequences move to another target worker", len(seqs))
+
     def _fail(self, seqs: list[SequenceState], error: str, finished: list[SequenceState]) -> None:
         for seq in seqs:
             if seq in self.running:
@@ -291,7 +278,15 @@ class LLMEngine:
             finished.append(seq)
 
     def _release(self, seq: SequenceState) -> None:
-        if seq.target_worker >= 0:
-            self.workers.targets[seq.target_worker].release([seq.seq_id])
+        """Free the sequence's KV on its workers (best effort: a lost worker
+        has nothing left to free)."""
+        workers: list[TargetClient | DraftClient] = []
+        if self.targets.is_up(seq.target_worker):
+            workers.append(self.workers.targets[seq.target_worker])
         if self.drafts.is_member(seq.draft_worker):
-            self.drafts.workers[seq.draft_worker].release([seq.seq_id])
+            workers.append(self.drafts.workers[seq.draft_worker])
+        for worker in workers:
+            try:
+                worker.release([seq.seq_id])
+            except WorkerUnavailableError as e:
+                logger.warning("could not release sequence %d: %s", seq.seq_id, e)

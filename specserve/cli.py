@@ -23,10 +23,6 @@ from target_worker import service as target_service
 from target_worker.worker import TargetWorkerConfig
 from worker_base.serve import ServerConfig
 
-# A worker's RunnerSpec field that is not a flag: only an in-process engine
-# reserves room for a round past max_model_len.
-RUNNER_INTERNAL = {"lookahead_tokens"}
-
 
 def _run_generate(args: argparse.Namespace) -> int:
     text, summary = generate(config_from_args(GenerateConfig, args))
@@ -81,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         worker = commands.add_parser(name, help=f"serve {what} model over gRPC")
         for config in (RunnerSpec, ServerConfig, worker_config, ParallelConfig):
-            add_config_arguments(worker, config, skip=RUNNER_INTERNAL | {"use_triton"})
+            add_config_arguments(worker, config, skip={"use_triton"})
         worker.set_defaults(run=partial(_run_worker, serve, worker_config))
     serve_parser = commands.add_parser(
         "serve", help="serve a model (and its draft) behind an OpenAI-compatible HTTP API"

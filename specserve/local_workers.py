@@ -9,8 +9,8 @@ when ``draft_tensor_parallel_size`` > 1, else in this process.
 
 Lengths: the engine serves ``max_model_len`` (the smaller of the engine's and
 the speculative config's, else the target's own), and both caches are sized
-for it plus the k + 1 tokens a round may add. A draft whose model is shorter
-keeps its own length; sequences past it are decoded without drafts.
+for it. A draft whose model is shorter keeps its own length; sequences past
+it are decoded without drafts.
 """
 
 from __future__ import annotations
@@ -54,14 +54,12 @@ def build_local_workers(config: EngineConfig) -> Workers:
 
 
 def _target_spec(config: EngineConfig) -> RunnerSpec:
-    """The target's runner: the engine's length, and room for one round beyond it."""
+    """The target's runner, with the engine's length."""
     # The build refuses a length the model does not allow.
     length = config.requested_max_model_len or allowed_length(
         config.runner.model, config.runner.revision
     )
-    return replace(
-        config.runner, max_model_len=length, lookahead_tokens=config.num_speculative_tokens + 1
-    )
+    return replace(config.runner, max_model_len=length)
 
 
 def _draft_spec(

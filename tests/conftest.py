@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from model_runtime.build import build_runner
+from model_runtime.build import allowed_length, build_runner
 from model_runtime.random_checkpoint import save_random_checkpoint
 from model_runtime.runner import ModelRunner
 from model_runtime.specs import RunnerSpec
@@ -72,5 +72,9 @@ def random_tokens(n: int, seed: int, vocab_size: int = 512) -> list[int]:
 
 
 def runner_of(folder: Path, num_blocks: int, **options: Any) -> ModelRunner:
-    """A runner of the checkpoint in ``folder`` with a cache of ``num_blocks`` blocks."""
+    """A runner of the checkpoint in ``folder`` with a cache of ``num_blocks``
+    blocks, and (unless given) a max_model_len that cache holds."""
+    if "max_model_len" not in options:
+        holds = num_blocks * options.get("block_size", 16)
+        options["max_model_len"] = min(holds, allowed_length(str(folder)))
     return build_runner(RunnerSpec(str(folder), num_kv_blocks=num_blocks, **options))

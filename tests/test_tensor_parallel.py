@@ -40,9 +40,9 @@ def test_two_ranks_compute_the_logits_of_one(
     checkpoints: dict[str, Path], architecture: str
 ) -> None:
     folder = checkpoints[architecture]
-    single = runner_of(folder, num_blocks=16, dtype="float32", max_model_len=512)
+    single = runner_of(folder, num_blocks=16, dtype="float32", max_model_len=256)
     build = partial(target_rank_worker, TargetWorkerConfig())
-    spec = RunnerSpec(str(folder), dtype="float32", num_kv_blocks=16)
+    spec = RunnerSpec(str(folder), dtype="float32", num_kv_blocks=16, max_model_len=256)
     executor = MpExecutor(RankConfig(spec, 2, build, "target"))
     try:
         for chunks in ragged_batches():

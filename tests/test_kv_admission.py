@@ -1,0 +1,58 @@
+"""Nothing waits forever for KV room: a budget that cannot hold one sequence
+of max_model_len is refused at startup, and a sequence that grows to
+max_model_len on the smallest cache that holds it finishes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specserve import LLM, SamplingParams
+
+SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 5}
+
+
+def test_a_kv_budget_smaller_than_one_sequence_is_refused() -> None:
+    # 4 blocks of 16 tokens hold 64 tokens; max_model_len is 128.
+    with pytest.raises(ValueError, match="num_kv_blocks 4 cannot hold one sequence of max_model"):
+        LLM("specserve/demo-target", dtype="float32", max_model_len=128, num_kv_blocks=4)
+
+
+def test_a_worker_with_too_small_a_budget_refuses_to_start() -> None:
+    # The issue's reproduction: 64 blocks beside a 2048-token context.
+    flags = ["--model", "specserve/demo-target", "--max-model-len", "2048", "--num-kv-blocks", "64"]
+    result = subprocess.run(
+        [sys.executable, "-m", "specserve", "target-worker", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "num_kv_blocks 64 cannot hold one sequence of max_model_len 2048" in result.stderr
+
+
+@pytest.mark.parametrize("speculative_config", [None, SPEC], ids=["target-only", "speculative"])
+def test_sequences_fill_the_smallest_cache_that_holds_one(
+    speculative_config: dict | None,
+) -> None:
+    # Exactly one 128-token sequence fits (the engine reserves a round's k + 1
+    # tokens, but never past max_model_len, so the cache needs no more).
+    llm = LLM(
+        "specserve/demo-target",
+        speculative_config=speculative_config,
+        dtype="float32",
+        max_model_len=128,
+        num_kv_blocks=8,
+    )
+    engine, params = llm.engine, SamplingParams(max_tokens=500, ignore_eos=True)
+    seqs = [
+        engine.add_request(str(i), engine.tokenizer.encode(prompt), params)[0]
+        for i, prompt in enumerate(["def f(x):", "import os\n", "class A:\n"])
+    ]
+    for _ in range(1000):  # a bound: a wedged engine steps forever without progress
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert [(s.finish_reason, s.num_tokens) for s in seqs] == [("length", 128)] * 3
