@@ -14,11 +14,10 @@ from draft_worker.worker import DraftWorker, DraftWorkerConfig
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos import convert, draft_worker_pb2_grpc
 from protos import draft_worker_pb2 as dpb
-from protos.messages import Proposal
+from protos.messages import MAX_DRAFT_TOKENS, Proposal
 from worker_base.serve import ServerConfig, serve_worker, start_worker
-from worker_base.servicer import WorkerServicer
+from worker_base.servicer import WorkerServicer, check_distinct
 
-MAX_DRAFT_TOKENS = 32
 SERVICE_NAME = "specserve.v1.DraftWorker"
 
 
@@ -34,7 +33,9 @@ class DraftWorkerService(WorkerServicer, draft_worker_pb2_grpc.DraftWorkerServic
         k = batch.num_draft_tokens
         if not 1 <= k <= MAX_DRAFT_TOKENS:
             raise ValueError(f"num_draft_tokens must be in [1, {MAX_DRAFT_TOKENS}], got {k}")
-        return partial(self.worker.propose, convert.propose_batch_from_proto(batch), k)
+        requests = convert.propose_batch_from_proto(batch)
+        check_distinct(r.tokens.seq_id for r in requests)
+        return partial(self.worker.propose, requests, k)
 
 
 def _result(batch: dpb.ProposeBatch, proposals: list[Proposal], free: int) -> dpb.ProposeResult:

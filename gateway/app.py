@@ -11,6 +11,7 @@ choices on the backend (``gateway.choices``) and answers through a
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections.abc import Callable
 from importlib.metadata import version as package_version
@@ -21,11 +22,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
+from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from gateway.backends import Backend
 from gateway.choices import start_choices
 from gateway.metrics import GatewayMetrics
-from gateway.prompts import chat_prompt, completion_prompts
+from gateway.prompts import Prompts
 from gateway.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -47,6 +49,7 @@ class Gateway:
         self.backend = backend
         self.model = served_model_name
         self.metrics = GatewayMetrics(backend.stats)
+        self.prompts = Prompts(backend.tokenizer, backend.vocab_size, backend.max_model_len)
 
     def decode(self, token_id: int) -> str:
         return str(self.backend.tokenizer.decode([token_id]))
@@ -69,13 +72,13 @@ class Gateway:
 
     async def completions(self, body: CompletionRequest) -> Any:
         self.check_model(body)
-        prompts, texts = completion_prompts(body.prompt, self.backend.tokenizer)
+        prompts, texts = await asyncio.to_thread(self.prompts.completion, body.prompt)
         max_tokens = body.max_tokens if body.max_tokens is not None else COMPLETION_MAX_TOKENS
         return await self.respond(CompletionRenderer, prompts, texts, body, max_tokens, body.echo)
 
     async def chat(self, body: ChatCompletionRequest) -> Any:
         self.check_model(body)
-        ids = chat_prompt(body.messages, self.backend.tokenizer)
+        ids = await asyncio.to_thread(self.prompts.chat, body.messages)
         max_tokens = body.max_completion_tokens or body.max_tokens
         return await self.respond(ChatRenderer, [ids], [""], body, max_tokens)
 
@@ -92,17 +95,25 @@ class Gateway:
         wants_logprobs = body.logprob_counts()[0] is not None  # checked by start_choices
         rendering = renderer(self.decode, wants_logprobs)
         responder = Responder(choices, prompts, rendering, self.model, self.metrics)
+        await responder.prime()
         if body.stream:
             events = responder.events(body.include_usage)
             return StreamingResponse(events, media_type="text/event-stream")
         return await responder.whole()
 
 
-def build_app(backend: Backend, served_model_name: str, api_key: str | None = None) -> FastAPI:
+def build_app(
+    backend: Backend,
+    served_model_name: str,
+    api_key: str | None = None,
+    max_request_body_bytes: int = 16 << 20,
+) -> FastAPI:
     app = FastAPI(title="specserve")
+    # A larger body is refused (413) as it arrives, before it is read whole.
+    app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_request_body_bytes)
     gateway = Gateway(backend, served_model_name)
     _add_error_handlers(app)
-    _add_auth_and_counting(app, gateway.metrics, api_key)
+    _add_guard_and_counting(app, gateway.metrics, api_key, max_request_body_bytes)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
@@ -137,7 +148,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse(error_body(str(exc), code=exc.status), status_code=exc.status)
+        headers = {} if exc.retry_after_s is None else {"Retry-After": str(exc.retry_after_s)}
+        body = error_body(str(exc), exc.status)
+        return JSONResponse(body, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -147,27 +160,47 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse(
-            error_body(str(exc.detail), code=exc.status_code), status_code=exc.status_code
+            error_body(str(exc.detail), exc.status_code), status_code=exc.status_code
         )
 
 
-def _add_auth_and_counting(app: FastAPI, metrics: GatewayMetrics, api_key: str | None) -> None:
-    """With ``api_key``, every /v1 route needs ``Authorization: Bearer KEY``;
-    every /v1 answer is counted and timed."""
+def _add_guard_and_counting(
+    app: FastAPI, metrics: GatewayMetrics, api_key: str | None, max_body_bytes: int
+) -> None:
+    """Refuse what must not reach a handler (see ``_refusal``); count and time
+    every /v1 answer."""
 
     @app.middleware("http")
-    async def _auth_and_count(request: Request, call_next: Any) -> Any:
+    async def _guard_and_count(request: Request, call_next: Any) -> Any:
         start = time.monotonic()
-        path = request.url.path
-        authorized = request.headers.get("authorization") == f"Bearer {api_key}"
-        if api_key and path.startswith("/v1") and not authorized:
-            response = JSONResponse(
-                error_body("invalid or missing API key", "authentication_error", 401),
-                status_code=401,
-            )
-        else:
-            response = await call_next(request)
-        if path.startswith("/v1"):
-            metrics.requests.labels(path, str(response.status_code)).inc()
+        refused = _refusal(request, api_key, max_body_bytes)
+        response = refused or await call_next(request)
+        if request.url.path.startswith("/v1"):
+            metrics.requests.labels(request.url.path, str(response.status_code)).inc()
             metrics.latency.observe(time.monotonic() - start)
         return response
+
+
+def _refusal(request: Request, api_key: str | None, max_body_bytes: int) -> JSONResponse | None:
+    """With ``api_key``, every /v1 route needs ``Authorization: Bearer KEY``; a
+    body declared larger than ``max_body_bytes`` is refused unread (one sent in
+    chunks is cut off by RequestBodyLimitMiddleware as it arrives)."""
+    if api_key and request.url.path.startswith("/v1"):
+        if not authorized(request.headers.get("authorization"), api_key):
+            return JSONResponse(error_body("invalid or missing API key", 401), status_code=401)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body_bytes:
+        message = (
+            f"the request body has {declared} bytes; this server takes at most {max_body_bytes}"
+        )
+        return JSONResponse(error_body(message, 413), status_code=413)
+    return None
+
+
+def authorized(header: str | None, api_key: str) -> bool:
+    """Whether an Authorization header carries the key (the scheme in any case;
+    compared in constant time, so timing tells nothing of the key)."""
+    scheme, _, token = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        token.strip().encode(), api_key.encode()
+    )

@@ -37,14 +37,25 @@ class Completion(Protocol):
 class Backend(Protocol):
     model: str
     max_model_len: int
+    vocab_size: int
     tokenizer: PreTrainedTokenizerBase
 
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams) -> Completion:
-        """Start one completion (params.n is 1); ValueError for a prompt it cannot serve."""
+        """Start one completion (params.n is 1); ValueError for a prompt it
+        cannot serve, Overloaded when full. Iterating the completion raises
+        the same (and Unavailable) when the refusal comes later."""
 
     def stats(self) -> EngineStats: ...
 
     def close(self) -> None: ...
+
+
+class Overloaded(Exception):
+    """The backend holds as many requests as it takes: come back shortly."""
+
+
+class Unavailable(Exception):
+    """The backend cannot serve now (no router answers, or it has no target)."""
 
 
 def _failed(error: str) -> Delta:
@@ -72,10 +83,12 @@ class _QueuedCompletion:
 class LocalBackend:
     """The engine loop of this process."""
 
-    def __init__(self, loop: EngineLoop):
+    def __init__(self, loop: EngineLoop, max_pending_requests: int = 1024):
         self.loop = loop
+        self.max_pending_requests = max_pending_requests
         self.model = loop.engine.config.model
         self.max_model_len = loop.engine.max_model_len
+        self.vocab_size = loop.engine.workers.vocab_size
         self.tokenizer = loop.engine.tokenizer
 
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams) -> Completion:
@@ -88,6 +101,10 @@ class LocalBackend:
             except RuntimeError:  # the gateway's event loop has closed
                 pass
 
+        if self.loop.num_requests >= self.max_pending_requests:
+            raise Overloaded(
+                f"{self.loop.num_requests} requests are in flight, the most this server takes"
+            )
         request_id = self.loop.new_request_id()
         self.loop.submit(request_id, prompt_ids, params, on_delta)
         return _QueuedCompletion(deltas, lambda: self.loop.abort(request_id))
@@ -117,8 +134,11 @@ class _RouterCompletion:
             self._finished = True
             if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise ValueError(e.details()) from e
-            yield _failed(f"the router failed the request: {e.code().name}: {e.details()}")
-            return
+            if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise Overloaded(e.details()) from e
+            raise Unavailable(
+                f"the router failed the request: {e.code().name}: {e.details()}"
+            ) from e
         if not self._finished:
             self._finished = True
             yield _failed("the router ended the stream before the request finished")

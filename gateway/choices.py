@@ -4,9 +4,11 @@ All of a request's choices start, or none do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 
-from gateway.backends import Backend, Completion
+from gateway.backends import Backend, Completion, Overloaded, Unavailable
 from gateway.protocol import GatewayError, SamplingFields
 from router.loop import Delta
 from router.params import SamplingParams
@@ -21,7 +23,24 @@ class Choice:
     prompt_ids: list[int]
     echo_text: str  # the prompt's text when echoing, else ""
     text_offset: int = 0  # where the next token's text starts (completion logprobs)
-    started: bool = False
+    started: bool = False  # whether a delta of it was rendered
+    first: Delta | None = None  # its first delta, once awaited (Responder.prime)
+    deltas: AsyncIterator[Delta] = field(init=False)  # the completion's, iterated once
+    submitted_at: float = field(default_factory=time.monotonic)
+    last_token_at: float | None = None  # when its latest tokens came
+
+    def __post_init__(self) -> None:
+        self.deltas = aiter(self.completion)
+
+
+def refusal(e: Exception) -> GatewayError:
+    """The answer to a backend's refusal: a full backend is 429 (come back in a
+    second), one that cannot serve 503, a request it will not take 400."""
+    if isinstance(e, Overloaded):
+        return GatewayError(str(e), 429, retry_after_s=1)
+    if isinstance(e, Unavailable):
+        return GatewayError(str(e), 503)
+    return GatewayError(str(e))
 
 
 def start_choices(
@@ -43,9 +62,9 @@ def start_choices(
             for i in range(body.n):
                 completion = backend.submit(ids, choice_params(params, i))
                 choices.append(Choice(len(choices), completion, ids, text if echo else ""))
-    except ValueError as e:
+    except (ValueError, Overloaded, Unavailable) as e:
         abort_all(choices)
-        raise GatewayError(str(e)) from e
+        raise refusal(e) from e
     return choices
 
 

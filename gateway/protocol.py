@@ -87,12 +87,19 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class GatewayError(Exception):
-    """A request the gateway refuses: answered with OpenAI's error JSON and ``status``."""
+    """A request the gateway refuses: answered with OpenAI's error JSON and
+    ``status`` (and a Retry-After header, when it says when to come back)."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, retry_after_s: int | None = None):
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
-def error_body(message: str, kind: str = "invalid_request_error", code: int = 400) -> dict:
+# OpenAI's error types by status; anything else 4xx is an invalid request.
+ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error"}
+
+
+def error_body(message: str, code: int = 400) -> dict:
+    kind = "server_error" if code >= 500 else ERROR_TYPES.get(code, "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}

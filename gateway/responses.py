@@ -14,7 +14,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.choices import Choice, abort_all, merge
+from gateway.backends import Overloaded, Unavailable
+from gateway.choices import Choice, abort_all, merge, refusal
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import GatewayError, error_body
 from gateway.render import Renderer
@@ -42,12 +43,30 @@ class Responder:
             "model": model,
         }
 
+    async def prime(self) -> None:
+        """Wait for every choice's first delta, so that a refusal (a full
+        backend, one that cannot serve, a prompt a remote router will not take)
+        is the response's status, not an event in a stream already begun."""
+        try:
+            for choice in self.choices:
+                choice.first = await anext(choice.deltas, None)
+                if choice.first is not None:
+                    self._observe(choice, choice.first)
+                    if choice.first.error:
+                        raise GatewayError(choice.first.error, 503)
+        except (ValueError, Overloaded, Unavailable) as e:
+            abort_all(self.choices)
+            raise refusal(e) from e
+        except GatewayError:
+            abort_all(self.choices)
+            raise
+
     async def whole(self) -> dict[str, Any]:
-        """Every choice, finished, in one response."""
+        """Every choice, finished, in one response (after ``prime``)."""
         rendered, completion_tokens = [], 0
         try:
             for choice in self.choices:
-                done = merge([d async for d in self._timed(choice)])
+                done = merge([d async for d in self._deltas(choice)])
                 if done.error:
                     raise GatewayError(done.error, 503)
                 completion_tokens += len(done.token_ids)
@@ -55,8 +74,8 @@ class Responder:
                 rendered.append(
                     {"index": choice.index, **fields, "finish_reason": done.finish_reason}
                 )
-        except ValueError as e:  # refused by a remote router
-            raise GatewayError(str(e)) from e
+        except (ValueError, Overloaded, Unavailable) as e:
+            raise refusal(e) from e
         finally:
             abort_all(self.choices)
         return {
@@ -67,7 +86,8 @@ class Responder:
         }
 
     async def events(self, include_usage: bool) -> AsyncIterator[str]:
-        """Server-sent events: a chunk per delta, usage if asked, then [DONE]."""
+        """Server-sent events (after ``prime``): a chunk per delta, usage if
+        asked, then [DONE]."""
         merged: asyncio.Queue[tuple[Choice, Delta | Exception]] = asyncio.Queue()
         tasks = [asyncio.create_task(self._pump(c, merged)) for c in self.choices]
         open_choices, completion_tokens = len(self.choices), 0
@@ -103,25 +123,29 @@ class Responder:
         self, choice: Choice, merged: asyncio.Queue[tuple[Choice, Delta | Exception]]
     ) -> None:
         try:
-            async for d in self._timed(choice):
+            async for d in self._deltas(choice):
                 await merged.put((choice, d))
-        except ValueError as e:
+        except (ValueError, Overloaded, Unavailable) as e:
             await merged.put((choice, e))
 
-    async def _timed(self, choice: Choice) -> AsyncIterator[Delta]:
-        """A choice's deltas, timing the first token and the gaps between tokens."""
-        start = last = time.monotonic()
-        first = True
-        async for delta in choice.completion:
-            now = time.monotonic()
-            if delta.token_ids:
-                if first:
-                    self.metrics.ttft.observe(now - start)
-                    first = False
-                else:
-                    self.metrics.itl.observe((now - last) / len(delta.token_ids))
-                last = now
+    async def _deltas(self, choice: Choice) -> AsyncIterator[Delta]:
+        """A choice's deltas, the first (awaited by ``prime``) included, timed."""
+        if choice.first is not None:
+            yield choice.first
+        async for delta in choice.deltas:
+            self._observe(choice, delta)
             yield delta
+
+    def _observe(self, choice: Choice, delta: Delta) -> None:
+        """Time the first token and the gaps between tokens."""
+        if not delta.token_ids:
+            return
+        now = time.monotonic()
+        if choice.last_token_at is None:
+            self.metrics.ttft.observe(now - choice.submitted_at)
+        else:
+            self.metrics.itl.observe((now - choice.last_token_at) / len(delta.token_ids))
+        choice.last_token_at = now
 
     def _usage(self, completion_tokens: int) -> dict[str, int]:
         prompt_tokens = sum(len(p) for p in self.prompts)

@@ -18,7 +18,7 @@ from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.kv_cache import blocks_for
 from model_runtime.loader import load_model
 from model_runtime.resolve import resolve_model
-from model_runtime.runner import ModelRunner
+from model_runtime.runner import BatchLimits, ModelRunner
 from model_runtime.sizing import cache_for, num_kv_blocks
 from model_runtime.specs import RunnerSpec
 
@@ -88,6 +88,7 @@ def build_runners(
         )
     longest = max(c.max_len for c in checked)
     _check_fixed_cache(first, longest)
+    limits = [BatchLimits(c.spec.batched_tokens(c.max_len), c.spec.max_num_seqs) for c in checked]
     device = resolve_device(first.device, gpu_index)
     models = [load_model(c.folder, c.spec.dtype, device, tp, c.max_len) for c in checked]
     blocks = first.num_kv_blocks or num_kv_blocks(
@@ -101,8 +102,8 @@ def build_runners(
     )
     blocks = tp.min(blocks, device)  # every rank holds the same sequences
     return [
-        ModelRunner(model, cache_for(model, blocks, first.block_size, device), c.max_len)
-        for model, c in zip(models, checked, strict=True)
+        ModelRunner(model, cache_for(model, blocks, first.block_size, device), c.max_len, limit)
+        for model, c, limit in zip(models, checked, limits, strict=True)
     ]
 
 
@@ -136,4 +137,5 @@ def _budget(spec: RunnerSpec) -> tuple[object, ...]:
         spec.gpu_memory_utilization,
         spec.cpu_memory_bytes,
         spec.max_num_seqs,
+        spec.max_num_batched_tokens,
     )

@@ -48,6 +48,15 @@ class PreparedBatch:
     context: ForwardContext
 
 
+@dataclass(frozen=True)
+class BatchLimits:
+    """What one batch call may hold: new tokens (prompts, appended tokens and
+    drafts) and sequences. Bounds the time and memory one caller can take."""
+
+    max_tokens: int = 1 << 62
+    max_seqs: int = 1 << 62
+
+
 class ModelRunner:
     """A model, its KV cache, and the batched forward over both.
 
@@ -56,10 +65,17 @@ class ModelRunner:
     ``truncate``; finishing a sequence is ``free``.
     """
 
-    def __init__(self, model: LlamaForCausalLM, kv_cache: PagedKVCache, max_positions: int):
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        kv_cache: PagedKVCache,
+        max_positions: int,
+        limits: BatchLimits = BatchLimits(),
+    ):
         self.model = model
         self.kv_cache = kv_cache
         self.max_positions = max_positions
+        self.limits = limits
         self.device = model.lm_head.weight.device
         self.vocab_size = model.config.vocab_size
         self._windows = set(model.config.sliding_windows)
@@ -113,46 +129,50 @@ class ModelRunner:
 
         Each request is (seq_id, cached_len, new token ids, extra tokens the
         step will append later, such as drafts). A sequence that is unknown,
-        malformed, too long or does not fit in the free blocks left by the ones
-        before it gets a status other than OK and must be left out of the batch.
+        malformed or too long is INVALID_ARGUMENT (or NOT_FOUND); one that does
+        not fit in the free blocks left by the ones before it, or past the
+        batch limits, is RESOURCE_EXHAUSTED. Either must be left out of the
+        batch.
         """
         statuses = []
         free = self.kv_cache.num_free_blocks
+        tokens_left, seqs_left = self.limits.max_tokens, self.limits.max_seqs
         for seq_id, cached_len, token_ids, extra in requests:
-            try:
-                self.rewind(seq_id, cached_len)
-            except SequenceNotFoundError as e:
-                statuses.append(SequenceStatus(StatusCode.NOT_FOUND, str(e.args[0])))
-                continue
-            except ValueError as e:
-                statuses.append(SequenceStatus(StatusCode.INVALID_ARGUMENT, str(e)))
-                continue
-            total = cached_len + len(token_ids) + extra
-            bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
-            if not token_ids or bad or total > self.max_positions:
-                problem = (
-                    "no new tokens"
-                    if not token_ids
-                    else f"token ids {bad[:5]} outside [0, {self.vocab_size})"
-                    if bad
-                    else f"{total} tokens exceed the maximum model length {self.max_positions}"
+            status = self._check(seq_id, cached_len, token_ids, extra)
+            new = len(token_ids) + extra
+            needed = self.kv_cache.blocks_needed(seq_id, new) if status is None else 0
+            if status is None and (needed > free or new > tokens_left or not seqs_left):
+                status = SequenceStatus(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    f"sequence {seq_id} needs {needed} KV blocks ({free} free) and {new} of "
+                    f"this call's tokens ({tokens_left} left); send it again",
                 )
-                statuses.append(
-                    SequenceStatus(StatusCode.INVALID_ARGUMENT, f"sequence {seq_id}: {problem}")
-                )
-                continue
-            needed = self.kv_cache.blocks_needed(seq_id, len(token_ids) + extra)
-            if needed > free:
-                statuses.append(
-                    SequenceStatus(
-                        StatusCode.RESOURCE_EXHAUSTED,
-                        f"sequence {seq_id} needs {needed} KV blocks, {free} are free",
-                    )
-                )
-                continue
-            free -= needed
-            statuses.append(OK)
+            if status is None:
+                free, tokens_left, seqs_left = free - needed, tokens_left - new, seqs_left - 1
+            statuses.append(status or OK)
         return statuses
+
+    def _check(
+        self, seq_id: int, cached_len: int, token_ids: Sequence[int], extra: int
+    ) -> SequenceStatus | None:
+        """Rewind the sequence to ``cached_len``; a status when it cannot go on."""
+        try:
+            self.rewind(seq_id, cached_len)
+        except SequenceNotFoundError as e:
+            return SequenceStatus(StatusCode.NOT_FOUND, str(e.args[0]))
+        except ValueError as e:
+            return SequenceStatus(StatusCode.INVALID_ARGUMENT, str(e))
+        total = cached_len + len(token_ids) + extra
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if not token_ids:
+            problem = "no new tokens"
+        elif bad:
+            problem = f"token ids {bad[:5]} outside [0, {self.vocab_size})"
+        elif total > self.max_positions:
+            problem = f"{total} tokens exceed the maximum model length {self.max_positions}"
+        else:
+            return None
+        return SequenceStatus(StatusCode.INVALID_ARGUMENT, f"sequence {seq_id}: {problem}")
 
     def free(self, seq_id: int) -> bool:
         return self.kv_cache.free(seq_id)

@@ -21,6 +21,8 @@ import torch
 
 # Temperatures below this are greedy.
 GREEDY_EPSILON = 1e-5
+# The largest finite float32: logits are divided by the temperature in float32.
+FLOAT32_MAX = 3.4028234663852886e38
 # Most alternatives a request may ask log-probabilities for (vLLM's default cap).
 MAX_LOGPROBS = 20
 
@@ -42,8 +44,8 @@ class SamplingOptions:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= MAX_LOGPROBS:
                 raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {value}")
-        if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature <= FLOAT32_MAX:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.top_k < -1:
             raise ValueError(f"top_k must be -1, 0 (off) or positive, got {self.top_k}")
         if not 0 < self.top_p <= 1:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 # The weight dtypes a runner can hold (model_runtime.config maps them to torch's).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 BACKENDS = ("mp", "ray")
+# New tokens one batch call may hold by default (vLLM's default for serving).
+DEFAULT_BATCHED_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,16 @@ class RunnerSpec:
     cpu_memory_bytes: int = field(
         default=4 << 30, metadata={"help": "bytes for weights and KV cache on CPUs"}
     )
-    max_num_seqs: int = field(default=256, metadata={"help": "sequences the KV cache sizes for"})
+    max_num_seqs: int = field(
+        default=256, metadata={"help": "sequences the KV cache sizes for, and one call may hold"}
+    )
+    max_num_batched_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "new tokens one batch call may hold; default: the larger of "
+            f"{DEFAULT_BATCHED_TOKENS} and max_model_len"
+        },
+    )
     num_kv_blocks: int | None = field(default=None, metadata={"help": "override the KV budget"})
 
     def __post_init__(self) -> None:
@@ -68,6 +79,23 @@ class RunnerSpec:
         for name in ("block_size", "max_num_seqs", "cpu_memory_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError(
+                f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}"
+            )
+
+    def batched_tokens(self, max_len: int) -> int:
+        """What one batch call may hold for a runner of ``max_len`` tokens (a
+        whole prompt must fit one call: no less than max_len)."""
+        if self.max_num_batched_tokens is None:
+            return max(DEFAULT_BATCHED_TOKENS, max_len)
+        if self.max_num_batched_tokens < max_len:
+            raise ValueError(
+                f"max_num_batched_tokens {self.max_num_batched_tokens} is less than "
+                f"max_model_len {max_len}: a prompt of max_model_len tokens could never be "
+                "prefilled; raise it or lower max_model_len"
+            )
+        return self.max_num_batched_tokens
 
 
 @dataclass(frozen=True)

@@ -87,12 +87,21 @@ def worker_info_to_proto(info: WorkerInfo) -> pb.WorkerInfo:
         block_size=info.block_size,
         num_blocks=info.num_blocks,
         num_free_blocks=info.num_free_blocks,
+        max_num_batched_tokens=info.max_num_batched_tokens,
+        max_num_seqs=info.max_num_seqs,
     )
 
 
 def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
     return WorkerInfo(
-        m.model, m.vocab_size, m.max_model_len, m.block_size, m.num_blocks, m.num_free_blocks
+        m.model,
+        m.vocab_size,
+        m.max_model_len,
+        m.block_size,
+        m.num_blocks,
+        m.num_free_blocks,
+        m.max_num_batched_tokens,
+        m.max_num_seqs,
     )
 
 

@@ -16,6 +16,9 @@ from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
 from model_runtime.status import SequenceStatus
 
+# Most drafts one sequence may carry in a round (the wire's limit).
+MAX_DRAFT_TOKENS = 32
+
 
 @dataclass(frozen=True)
 class SequenceTokens:
@@ -73,3 +76,5 @@ class WorkerInfo:
     block_size: int
     num_blocks: int
     num_free_blocks: int
+    max_num_batched_tokens: int = 0  # 0: not said (a worker of an older version)
+    max_num_seqs: int = 0

@@ -63,8 +63,13 @@ class LLMEngine:
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
         self._turn = 0  # the micro-batch to verify next, with overlap
+        limits = [i.max_num_batched_tokens for i in self.targets.infos if i.max_num_batched_tokens]
         self.scheduler = Scheduler(
-            workers.block_size, self.k, self.max_model_len, config.runner.max_num_seqs
+            workers.block_size,
+            self.k,
+            self.max_model_len,
+            config.runner.max_num_seqs,
+            min(limits) if limits else None,
         )
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.

@@ -34,6 +34,10 @@ class SamplingParams:
     stop_strings: list[str] = field(init=False, repr=False)
 
     MAX_N = 128
+    # Every new token is checked against every stop string: bounded, so that
+    # one request cannot slow everyone's stream.
+    MAX_STOP_STRINGS = 64
+    MAX_STOP_LENGTH = 512
 
     def __post_init__(self) -> None:
         if not 1 <= self.n <= self.MAX_N:
@@ -43,6 +47,14 @@ class SamplingParams:
         self.stop_strings = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must not be empty")
+        if len(self.stop_strings) > self.MAX_STOP_STRINGS:
+            raise ValueError(
+                f"at most {self.MAX_STOP_STRINGS} stop strings, got {len(self.stop_strings)}"
+            )
+        if any(len(s) > self.MAX_STOP_LENGTH for s in self.stop_strings):
+            raise ValueError(f"stop strings may be at most {self.MAX_STOP_LENGTH} characters long")
+        if len(self.stop_token_ids or []) > self.MAX_STOP_STRINGS:
+            raise ValueError(f"at most {self.MAX_STOP_STRINGS} stop_token_ids")
         self.options(0)  # validates the sampling fields, seed and logprobs
 
     @property

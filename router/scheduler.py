@@ -20,11 +20,21 @@ from router.sequence import SequenceState
 
 
 class Scheduler:
-    def __init__(self, block_size: int, k: int, max_model_len: int, max_num_seqs: int):
+    def __init__(
+        self,
+        block_size: int,
+        k: int,
+        max_model_len: int,
+        max_num_seqs: int,
+        max_batched_tokens: int | None = None,
+    ):
+        """``max_batched_tokens``: the most prompt tokens one prefill call to a
+        target worker may carry (None: no limit)."""
         self.block_size = block_size
         self.k = k
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
+        self.max_batched_tokens = max_batched_tokens
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
 
@@ -47,13 +57,15 @@ class Scheduler:
         running until their prefill succeeds."""
         room = {t: free - self.growth_blocks(self.on(t)) for t, free in free_blocks.items()}
         placed: dict[int, list[SequenceState]] = {t: [] for t in free_blocks}
+        tokens = dict.fromkeys(free_blocks, 0)  # of each target's prefill call
         admitted = 0
         while self.waiting and len(self.running) + admitted < self.max_num_seqs:
             need = self.growth_blocks([self.waiting[0]])
             target = max(room, key=lambda t: room[t])
-            if need > room[target]:
+            if need > room[target] or not self._fits_call(tokens[target], self.waiting[0]):
                 break
             room[target] -= need
+            tokens[target] += self.waiting[0].num_tokens
             seq = self.waiting.popleft()
             seq.target_worker = target
             seq.micro_batch = self._smaller_micro_batch()
@@ -70,6 +82,12 @@ class Scheduler:
             free_blocks += blocks_for(victim.target_cached, self.block_size)
             chosen.append(victim)
         return chosen
+
+    def _fits_call(self, tokens: int, seq: SequenceState) -> bool:
+        """Whether ``seq``'s prefill joins a call of ``tokens`` tokens within the
+        limit (the first of a call always does: the worker takes a whole prompt)."""
+        limit = self.max_batched_tokens
+        return limit is None or tokens == 0 or tokens + seq.num_tokens <= limit
 
     def _smaller_micro_batch(self) -> int:
         in_first = sum(s.micro_batch == 0 for s in self.running)

@@ -80,12 +80,13 @@ class SequenceState:
             self.output_ids.append(token)
             if logprobs:
                 self.logprobs.append(logprobs[i])
+            searched = len(self.detokenizer.text)  # stop strings were looked for up to here
             self.detokenizer.push(token)
             if p.stop_token_ids and token in p.stop_token_ids:
                 self.finish_reason, self.stop_reason = "stop", token
             elif token == self.eos_token_id and not p.ignore_eos:
                 self.finish_reason = "stop"
-            elif self._cut_at_stop_string():
+            elif self._cut_at_stop_string(searched):
                 self.finish_reason = "stop"
             elif p.max_tokens is not None and len(self.output_ids) >= p.max_tokens:
                 self.finish_reason = "length"
@@ -94,10 +95,13 @@ class SequenceState:
             if self.finished:
                 return
 
-    def _cut_at_stop_string(self) -> bool:
+    def _cut_at_stop_string(self, searched: int) -> bool:
+        """Cut the text before the first stop string it now holds; only text
+        new since ``searched`` (and the tail a stop string could begin in) is
+        looked at, so a long output costs no more per token than a short one."""
         text = self.detokenizer.text
         for stop in self.params.stop_strings:
-            at = text.find(stop)
+            at = text.find(stop, max(0, searched - len(stop) + 1))
             if at >= 0:
                 self.detokenizer.text = text[:at]
                 self.stop_reason = stop

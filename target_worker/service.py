@@ -17,7 +17,7 @@ from protos.messages import VerifyOutput
 from target_worker.tensor_parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 from worker_base.serve import ServerConfig, serve_worker, start_worker
-from worker_base.servicer import WorkerServicer
+from worker_base.servicer import WorkerServicer, check_distinct
 
 SERVICE_NAME = "specserve.v1.TargetWorker"
 R = TypeVar("R")
@@ -40,10 +40,12 @@ class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerSer
 
     def _prepare_prefill(self, batch: tpb.PrefillBatch) -> Callable[[], list[VerifyOutput]]:
         requests = [convert.prefill_request_from_proto(m) for m in batch.sequences]
+        check_distinct(r.tokens.seq_id for r in requests)
         return partial(self.worker.prefill, requests)
 
     def _prepare_verify(self, batch: tpb.VerifyBatch) -> Callable[[], list[VerifyOutput]]:
         requests = [convert.verify_request_from_proto(m) for m in batch.sequences]
+        check_distinct(r.tokens.seq_id for r in requests)
         return partial(self.worker.verify, requests)
 
 

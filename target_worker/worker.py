@@ -20,8 +20,9 @@ from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.logprobs import token_logprobs
 from model_runtime.runner import ModelRunner, SequenceChunk
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
-from model_runtime.status import SequenceStatus
+from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
+from target_worker.checks import draft_problem
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
     RejectionInputs,
@@ -67,18 +68,40 @@ class TargetWorker(LocalWorker):
 
     @torch.inference_mode()
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        statuses = self.runner.admit(
-            [
-                (r.tokens.seq_id, r.tokens.cached_len, r.tokens.token_ids, len(r.draft_token_ids))
-                for r in requests
-            ]
-        )
+        statuses = self._admit(requests)
         batch = [r for r, s in zip(requests, statuses, strict=True) if s.ok]
         sampled = self._verify_batch(batch) if batch else []
         done = iter(sampled)
         return [
             next(done) if s.ok else VerifyOutput(r.tokens.seq_id, s)
             for r, s in zip(requests, statuses, strict=True)
+        ]
+
+    def _admit(self, requests: Sequence[VerifyRequest]) -> list[SequenceStatus]:
+        """Each request's status: its drafts checked, then the sequence admitted
+        (its tokens and drafts counted and checked together)."""
+        problems = [draft_problem(r, self.vocab_size) for r in requests]
+        admitted = iter(
+            self.runner.admit(
+                [
+                    (
+                        r.tokens.seq_id,
+                        r.tokens.cached_len,
+                        [*r.tokens.token_ids, *r.draft_token_ids],
+                        0,
+                    )
+                    for r, problem in zip(requests, problems, strict=True)
+                    if problem is None
+                ]
+            )
+        )
+        return [
+            next(admitted)
+            if problem is None
+            else SequenceStatus(
+                StatusCode.INVALID_ARGUMENT, f"sequence {r.tokens.seq_id}: {problem}"
+            )
+            for r, problem in zip(requests, problems, strict=True)
         ]
 
     def _verify_batch(self, batch: Sequence[VerifyRequest]) -> list[VerifyOutput]:

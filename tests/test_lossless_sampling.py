@@ -59,7 +59,11 @@ def test_first_speculated_token_follows_the_targets_distribution(options: Sampli
     prompt_ids = tokenizer.encode(PROMPT)
     runners = {
         name: runner_of(
-            specserve.resolve_model(name), num_blocks=CHUNK, block_size=16, dtype="float32"
+            specserve.resolve_model(name),
+            num_blocks=CHUNK,
+            block_size=16,
+            dtype="float32",
+            max_num_seqs=CHUNK,
         )
         for name in ("specserve/demo-target", "specserve/demo-draft")
     }

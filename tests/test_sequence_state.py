@@ -63,3 +63,16 @@ def test_incremental_text_equals_decoding_everything(tokenizer) -> None:  # type
     detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("# a\n"))
     pieces = [detok.push(t) for t in ids]
     assert "".join(pieces) == detok.text == tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize("stop", ["STOP", "ld STOP", "P"])
+def test_a_stop_string_spread_over_tokens_cuts_the_text_before_it(tokenizer, stop: str) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(stop=["never", stop], max_tokens=None), 200)
+    ids = tokenizer.encode("print('hello world STOP and more')")
+    for token in ids:  # one at a time: only new text (and a stop's length before it) is searched
+        seq.append([token])
+        if seq.finished:
+            break
+    assert seq.finish_reason == "stop" and seq.stop_reason == stop
+    full = "print('hello world STOP and more')"
+    assert seq.text == full[: full.index(stop)]

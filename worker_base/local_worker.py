@@ -36,6 +36,8 @@ class LocalWorker:
             block_size=cache.block_size,
             num_blocks=cache.num_blocks,
             num_free_blocks=cache.num_free_blocks,
+            max_num_batched_tokens=self.runner.limits.max_tokens,
+            max_num_seqs=self.runner.limits.max_seqs,
         )
 
     def probe(self, timeout_s: float) -> bool:

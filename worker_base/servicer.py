@@ -12,7 +12,7 @@ service then reports NOT_SERVING).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol, TypeVar
 
 import grpc
@@ -25,6 +25,15 @@ from protos.messages import WorkerInfo
 Batch = TypeVar("Batch")
 Outputs = TypeVar("Outputs")
 Result = TypeVar("Result")
+
+
+def check_distinct(seq_ids: Iterable[int]) -> None:
+    """ValueError (the batch's INVALID_ARGUMENT) for a sequence sent twice in one batch."""
+    seen: set[int] = set()
+    for seq_id in seq_ids:
+        if seq_id in seen:
+            raise ValueError(f"sequence {seq_id} appears twice in one batch")
+        seen.add(seq_id)
 
 
 class ServedWorker(Protocol):

@@ -30,6 +30,8 @@ from specserve.commands.disaggregated import start_processes
 from specserve.local_workers import build_local_workers
 
 GRACE_S = 5
+# Request bodies larger than this are refused unread (the gateway's default).
+MAX_REQUEST_BODY_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,19 @@ class ServeConfig:
             "on loopback (as a cluster deploys them), the gateway in front"
         },
     )
+    max_request_body_bytes: int = field(
+        default=MAX_REQUEST_BODY_BYTES,
+        metadata={"help": "larger request bodies are refused (413) before they are read"},
+    )
+    max_pending_requests: int = field(
+        default=1024,
+        metadata={"help": "requests in flight in this process before 429 (a router has its own)"},
+    )
 
     def __post_init__(self) -> None:
+        for name in ("max_request_body_bytes", "max_pending_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.router is not None:
             if self.disaggregated:
                 raise ValueError("--router and --disaggregated exclude each other")
@@ -129,7 +142,8 @@ def serve(config: ServeConfig, parallel: ParallelConfig) -> None:
         backend, default_name = _backend(config, parallel, stack)
         stack.callback(backend.close)
         api_key = config.api_key or os.environ.get("SPECSERVE_API_KEY")
-        _run_http(config, _app(backend, config.served_model_name or default_name, api_key))
+        name = config.served_model_name or default_name
+        _run_http(config, _app(backend, name, api_key, config.max_request_body_bytes))
 
 
 def _backend(
@@ -143,15 +157,15 @@ def _backend(
     if config.disaggregated:
         return RouterBackend(start_processes(engine_config, stack)), engine_config.model
     engine = LLMEngine(engine_config, build_local_workers(engine_config))
-    return LocalBackend(EngineLoop(engine)), engine_config.model
+    return LocalBackend(EngineLoop(engine), config.max_pending_requests), engine_config.model
 
 
-def _app(backend: Backend, served_model_name: str, api_key: str | None) -> Any:
+def _app(backend: Backend, served_model_name: str, api_key: str | None, body_bytes: int) -> Any:
     # The HTTP stack is imported here, not above: the worker and router
     # commands share this CLI (and its parser imports this module) without it.
     from gateway.app import build_app
 
-    return build_app(backend, served_model_name, api_key)
+    return build_app(backend, served_model_name, api_key, body_bytes)
 
 
 def _run_http(config: ServeConfig, app: Any) -> None:

@@ -1,0 +1,131 @@
+"""Workers trust no caller: a malformed batch is INVALID_ARGUMENT, a bad
+sequence gets its own status, and one call cannot hold more than the worker's
+batch limits (the rest answer RESOURCE_EXHAUSTED, to be sent again)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from protos import common_pb2 as pb
+from protos import draft_worker_pb2 as dpb
+from protos import target_worker_pb2 as tpb
+from protos.draft_worker_pb2_grpc import DraftWorkerStub
+from protos.target_worker_pb2_grpc import TargetWorkerStub
+from specserve.launch import service
+
+VOCAB = 4096
+LIMITS = ("--max-num-batched-tokens", "600", "--max-num-seqs", "4")
+ARGS = ("--dtype", "float32", "--max-model-len", "512", "--num-kv-blocks", "256", *LIMITS)
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[TargetWorkerStub]:
+    with (
+        service("target-worker", "--model", "specserve/demo-target", *ARGS) as (address, _),
+        grpc.insecure_channel(address) as channel,
+    ):
+        yield TargetWorkerStub(channel)
+
+
+@pytest.fixture(scope="module")
+def draft() -> Iterator[DraftWorkerStub]:
+    with (
+        service("draft-worker", "--model", "specserve/demo-draft", *ARGS) as (address, _),
+        grpc.insecure_channel(address) as channel,
+    ):
+        yield DraftWorkerStub(channel)
+
+
+def tokens(seq_id: int, ids: list[int], cached_len: int = 0) -> pb.SequenceTokens:
+    return pb.SequenceTokens(seq_id=seq_id, cached_len=cached_len, token_ids=ids)
+
+
+def prefill(stub: TargetWorkerStub, *sequences: tpb.PrefillRequest) -> tpb.PrefillResult:
+    (result,) = stub.Prefill(iter([tpb.PrefillBatch(sequences=sequences)]), timeout=60)
+    return result
+
+
+def verify(stub: TargetWorkerStub, *sequences: tpb.VerifyRequest) -> tpb.VerifyResult:
+    (result,) = stub.Verify(iter([tpb.VerifyBatch(sequences=sequences)]), timeout=60)
+    return result
+
+
+def greedy() -> pb.SamplingParams:
+    return pb.SamplingParams(temperature=0)
+
+
+def test_a_sequence_twice_in_one_batch_is_an_invalid_argument(
+    target: TargetWorkerStub, draft: DraftWorkerStub
+) -> None:
+    twice = [
+        tpb.PrefillRequest(tokens=tokens(1, [5, 6])),
+        tpb.PrefillRequest(tokens=tokens(1, [7])),
+    ]
+    with pytest.raises(grpc.RpcError) as info:
+        prefill(target, *twice)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "appears twice" in str(info.value.details())
+    proposals = [
+        dpb.ProposeRequest(tokens=tokens(2, [5])),
+        dpb.ProposeRequest(tokens=tokens(2, [6])),
+    ]
+    batch = dpb.ProposeBatch(num_draft_tokens=2, sequences=proposals)
+    with pytest.raises(grpc.RpcError) as info:
+        list(draft.Propose(iter([batch]), timeout=30))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def distribution(ids: list[int], probs: list[float]) -> pb.SparseDistribution:
+    return pb.SparseDistribution(token_ids=ids, probs=probs)
+
+
+@pytest.mark.parametrize(
+    ("drafts", "distributions", "problem"),
+    [
+        ([VOCAB + 5], [], "outside [0, 4096)"),
+        ([5], [distribution([VOCAB + 5], [1.0])], "token ids outside"),
+        ([5], [distribution([5, 6], [math.nan, 0.5])], "finite and >= 0"),
+        ([5], [distribution([5, 6], [1.5, -0.5])], "finite and >= 0"),
+        ([5], [distribution([5, 6], [0.9, 0.9])], "sum to more than 1"),
+        ([5] * 500, [], "500 drafts"),
+    ],
+    ids=["draft token", "support", "nan", "negative", "over one", "too many"],
+)
+def test_bad_drafts_get_their_sequences_own_invalid_argument(
+    target: TargetWorkerStub, drafts: list[int], distributions: list, problem: str
+) -> None:
+    assert (
+        prefill(target, tpb.PrefillRequest(tokens=tokens(10, [5, 6, 7]))).outputs[0].status.code
+        == 0
+    )
+    good = tpb.VerifyRequest(tokens=tokens(11, [8, 9]), sampling=greedy())
+    bad = tpb.VerifyRequest(
+        tokens=tokens(10, [9], cached_len=3),
+        draft_token_ids=drafts,
+        draft_probs=distributions,
+        sampling=greedy(),
+    )
+    statuses = [o.status for o in verify(target, bad, good).outputs]
+    assert statuses[0].code == pb.SequenceStatus.INVALID_ARGUMENT
+    assert problem in statuses[0].message
+    assert statuses[1].code == pb.SequenceStatus.OK  # the batch went on without it
+    target.Release(pb.ReleaseRequest(seq_ids=[10, 11]), timeout=10)
+
+
+def test_one_call_holds_no_more_than_the_batch_limits(target: TargetWorkerStub) -> None:
+    info = target.Describe(pb.DescribeRequest(), timeout=10)
+    assert (info.max_num_batched_tokens, info.max_num_seqs) == (600, 4)
+    # 200-token prompts: three fit the 600-token call, the rest must come again.
+    many = [tpb.PrefillRequest(tokens=tokens(100 + i, [5] * 200)) for i in range(6)]
+    codes = [o.status.code for o in prefill(target, *many).outputs]
+    assert codes == [pb.SequenceStatus.OK] * 3 + [pb.SequenceStatus.RESOURCE_EXHAUSTED] * 3
+    short = [tpb.PrefillRequest(tokens=tokens(200 + i, [5])) for i in range(6)]
+    codes = [o.status.code for o in prefill(target, *short).outputs]
+    assert codes == [pb.SequenceStatus.OK] * 4 + [pb.SequenceStatus.RESOURCE_EXHAUSTED] * 2
+    target.Release(pb.ReleaseRequest(seq_ids=[*range(100, 106), *range(200, 206)]), timeout=10)
+    info = target.Describe(pb.DescribeRequest(), timeout=10)
+    assert info.num_free_blocks == info.num_blocks
