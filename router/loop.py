@@ -9,9 +9,9 @@ put it on a queue). Text that a stop string might still cut is held back.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +37,10 @@ class Delta:
     error: str | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, if asked
     prompt_logprobs: list[TokenLogprob] | None = None  # in the first delta, if asked
+
+
+class DuplicateRequestError(ValueError):
+    """A request id that is already in flight."""
 
 
 @dataclass
@@ -73,7 +77,9 @@ class EngineLoop:
         self._speculating = engine.speculating
         self._commands: queue.Queue[_Add | _Abort | _Look | None] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
-        self._ids = itertools.count()
+        # Ids of the requests submitted and not finished, kept by callers' threads.
+        self._active: set[str] = set()
+        self._active_lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
@@ -81,10 +87,11 @@ class EngineLoop:
     @property
     def num_requests(self) -> int:
         """Requests submitted and not yet finished (read from any thread)."""
-        return len(self._streams) + self._commands.qsize()
+        return len(self._active)
 
     def new_request_id(self) -> str:
-        return f"req-{next(self._ids)}"
+        """An id no one can guess: knowing it is the right to abort its request."""
+        return f"req-{secrets.token_hex(12)}"
 
     def submit(
         self,
@@ -94,17 +101,26 @@ class EngineLoop:
         on_delta: Callable[[Delta], None],
     ) -> None:
         """Queue a request whose deltas go to ``on_delta`` (called on the loop
-        thread); raises ValueError for a prompt the engine cannot serve."""
+        thread); raises ValueError for a prompt the engine cannot serve, and
+        DuplicateRequestError for an id already in flight."""
         self.engine.check_prompt(request_id, prompt_ids)
+        with self._active_lock:
+            if request_id in self._active:
+                raise DuplicateRequestError(f"request {request_id!r} is already in flight")
+            self._active.add(request_id)
         self._commands.put(_Add(request_id, list(prompt_ids), params, on_delta))
 
     def abort(self, request_id: str) -> bool:
         """Abort a request; False if none with that id is in flight."""
-        known = request_id in self._streams or any(
-            isinstance(c, _Add) and c.request_id == request_id for c in list(self._commands.queue)
-        )
+        if request_id not in self._active:
+            return False
         self._commands.put(_Abort(request_id))
-        return known
+        return True
+
+    def _finished(self, request_id: str) -> None:
+        self._streams.pop(request_id, None)
+        with self._active_lock:
+            self._active.discard(request_id)
 
     def look_at_pools(self) -> None:
         """Have the loop apply the worker pools' changes now, even while idle."""
@@ -124,7 +140,8 @@ class EngineLoop:
             (seq,) = self.engine.add_request(command.request_id, command.prompt_ids, command.params)
             self._streams[command.request_id] = _Stream(seq, command.on_delta)
         elif isinstance(command, _Abort):
-            stream = self._streams.pop(command.request_id, None)
+            stream = self._streams.get(command.request_id)
+            self._finished(command.request_id)
             if stream is not None and not stream.seq.finished:
                 self.engine.abort(command.request_id)
                 counts = stream.seq.counts
@@ -191,10 +208,10 @@ class EngineLoop:
             )
             stream.sent_tokens, stream.sent_text = len(seq.output_ids), text_end
             if seq.finished:
-                del self._streams[request_id]
+                self._finished(request_id)
 
     def _fail_all(self, message: str) -> None:
         for request_id, stream in list(self._streams.items()):
             stream.on_delta(Delta([], "", "abort", 0, 0, 0, error=message))
             self.engine.abort(request_id)
-        self._streams.clear()
+            self._finished(request_id)

@@ -25,7 +25,7 @@ from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
 from router.grpc_clients import GrpcDraftClient
-from router.loop import Delta, EngineLoop
+from router.loop import Delta, DuplicateRequestError, EngineLoop
 from router.metrics import EngineCollector
 from router.wire import delta_to_response, params_from_request, router_info
 from router.workers import SameTokenizer, build_remote_workers
@@ -43,14 +43,25 @@ DISCOVERY_CONNECT_S = 5.0
 
 
 class RouterService(router_pb2_grpc.RouterServicer):
+    """Request ids belong to their caller: an id the client chose is scoped to
+    its connection (another connection can neither abort it nor collide with
+    it; the same id twice in flight on one connection is ALREADY_EXISTS), and
+    an id the router assigns is unguessable (knowing it is the right to abort)."""
+
     def __init__(self, loop: EngineLoop, max_pending_requests: int = 1024):
         self.loop = loop
         self.max_pending_requests = max_pending_requests
 
+    @staticmethod
+    def _scoped(context: grpc.ServicerContext, client_id: str) -> str:
+        return f"{context.peer()}|{client_id}"
+
     def Generate(
         self, request: rpb.GenerateRequest, context: grpc.ServicerContext
     ) -> Iterator[rpb.GenerateResponse]:
-        request_id = request.request_id or self.loop.new_request_id()
+        client_id = request.request_id
+        key = self._scoped(context, client_id) if client_id else self.loop.new_request_id()
+        request_id = client_id or key  # what the client sees
         if self.loop.num_requests >= self.max_pending_requests:
             context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -63,12 +74,17 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 if request.HasField("token_ids")
                 else self.loop.engine.tokenizer.encode(request.text)
             )
-            self.loop.submit(request_id, prompt_ids, params_from_request(request), events.put)
+            self.loop.submit(key, prompt_ids, params_from_request(request), events.put)
+        except DuplicateRequestError:
+            context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"request {client_id!r} is already in flight on this connection",
+            )
         except ValueError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
         def abort() -> None:  # a client that goes away aborts its request and frees its KV
-            self.loop.abort(request_id)
+            self.loop.abort(key)
 
         context.add_callback(abort)
         first = True
@@ -82,7 +98,12 @@ class RouterService(router_pb2_grpc.RouterServicer):
                 return
 
     def Abort(self, request: rpb.AbortRequest, context: grpc.ServicerContext) -> rpb.AbortResponse:
-        return rpb.AbortResponse(aborted=self.loop.abort(request.request_id))
+        """Abort a request of this connection's, or one by the id the router gave it."""
+        client_id = request.request_id
+        aborted = self.loop.abort(self._scoped(context, client_id)) or (
+            client_id.startswith("req-") and self.loop.abort(client_id)
+        )
+        return rpb.AbortResponse(aborted=aborted)
 
     def Describe(
         self, request: rpb.DescribeRouterRequest, context: grpc.ServicerContext
