@@ -23,6 +23,7 @@ from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
 from protos.draft_worker_pb2_grpc import DraftWorkerStub
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from protos.sessions import SESSION_KEY
 from protos.target_worker_pb2_grpc import TargetWorkerStub
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,14 @@ class _BatchStream(Generic[Batch, Result]):
     A stream that breaks is opened again on the next call.
     """
 
-    def __init__(self, start_call: Callable[[Iterator[Batch]], Iterator[Result]], address: str):
+    def __init__(
+        self,
+        start_call: Callable[..., Iterator[Result]],
+        address: str,
+        metadata: tuple[tuple[str, str], ...] = (),
+    ):
         self._start_call = start_call
+        self._metadata = metadata
         self._address = address
         self._lock = threading.Lock()
         self._outbox: queue.Queue[Batch | None] | None = None
@@ -57,7 +64,8 @@ class _BatchStream(Generic[Batch, Result]):
             try:
                 if self._outbox is None or self._results is None:
                     self._outbox = queue.Queue()
-                    self._results = self._start_call(iter(self._outbox.get, None))
+                    outbox = iter(self._outbox.get, None)
+                    self._results = self._start_call(outbox, metadata=self._metadata)
                 self._outbox.put(message)
                 return next(self._results)
             except (grpc.RpcError, StopIteration, ValueError) as e:
@@ -90,11 +98,15 @@ class _GrpcWorker:
         timeout_s: float = 60.0,
         connect_timeout_s: float | None = None,
         wait_for_ready: bool = True,
+        session: str | None = None,
     ):
         """Connect to the worker at ``address``, waiting up to ``connect_timeout_s``
         (default ``timeout_s``) for it to answer; without ``wait_for_ready``, an
-        address that refuses the connection fails at once."""
+        address that refuses the connection fails at once. The batch streams
+        carry ``session`` (``worker_base.leases``): the worker frees what they
+        hold when the session ends."""
         self.address = address
+        self.metadata = () if session is None else ((SESSION_KEY, session),)
         self.timeout_s = timeout_s
         self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self.stub = self.stub_class(self.channel)
@@ -156,7 +168,7 @@ class GrpcDraftClient(_GrpcWorker):
 
     def _open_streams(self) -> None:
         self._propose: _BatchStream[dpb.ProposeBatch, dpb.ProposeResult] = _BatchStream(
-            self.stub.Propose, self.address
+            self.stub.Propose, self.address, self.metadata
         )
 
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
@@ -176,10 +188,10 @@ class GrpcTargetClient(_GrpcWorker):
 
     def _open_streams(self) -> None:
         self._prefill: _BatchStream[tpb.PrefillBatch, tpb.PrefillResult] = _BatchStream(
-            self.stub.Prefill, self.address
+            self.stub.Prefill, self.address, self.metadata
         )
         self._verify: _BatchStream[tpb.VerifyBatch, tpb.VerifyResult] = _BatchStream(
-            self.stub.Verify, self.address
+            self.stub.Verify, self.address, self.metadata
         )
 
     @property

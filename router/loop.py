@@ -127,9 +127,13 @@ class EngineLoop:
         self._commands.put(_Look())
 
     def stop(self) -> None:
+        """Stop the loop; requests still in flight are aborted, so the workers
+        free their KV now rather than when their leases lapse."""
         self._stopped.set()
         self._commands.put(None)
         self._thread.join(timeout=30)
+        if not self._thread.is_alive():
+            self._fail_all("the server is shutting down")
         self.engine.close()
 
     def _apply(self, command: _Add | _Abort | _Look | None) -> None:

@@ -3,7 +3,9 @@ draft and target workers through the engine loop."""
 
 from __future__ import annotations
 
+import os
 import queue
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,6 +23,7 @@ from protos.server import (
     serve_until_signalled,
     start_server,
 )
+from protos.sessions import new_session
 from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
@@ -186,11 +189,18 @@ class RouterConfig:
             )
 
 
+def router_name(port: int) -> str:
+    """How workers know this router across its restarts: host and port (with
+    a port picked at run time, the process: it cannot come back as itself)."""
+    return f"{socket.gethostname()}:{port}" if port else f"{socket.gethostname()}:pid{os.getpid()}"
+
+
 def serve(config: RouterConfig) -> None:
     """Run the router until SIGTERM."""
     drafts, names = split_addresses(config.addresses(config.draft_workers))
     k = config.num_speculative_tokens if drafts or names else 0
-    workers = build_remote_workers(config.addresses(config.target_workers), drafts)
+    session = new_session(router_name(config.port))
+    workers = build_remote_workers(config.addresses(config.target_workers), drafts, session)
     spec = None
     if k:  # the model is a draft worker's; found later when only names are given
         spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
@@ -217,7 +227,12 @@ def serve(config: RouterConfig) -> None:
         discovery = Discovery(
             engine.drafts,
             names,
-            partial(GrpcDraftClient, connect_timeout_s=DISCOVERY_CONNECT_S, wait_for_ready=False),
+            partial(
+                GrpcDraftClient,
+                connect_timeout_s=DISCOVERY_CONNECT_S,
+                wait_for_ready=False,
+                session=session,
+            ),
             SameTokenizer(workers.tokenizer, engine.config.model),
             config.discovery_interval_s,
         )

@@ -61,15 +61,19 @@ class SameTokenizer:
             self._checked.add(info.model)
 
 
-def build_remote_workers(target_addresses: list[str], draft_addresses: list[str]) -> Workers:
+def build_remote_workers(
+    target_addresses: list[str], draft_addresses: list[str], session: str | None = None
+) -> Workers:
     """Clients of worker pools running elsewhere; the tokenizer is the target model's.
 
     Every worker of a pool must serve the same model with the same tokenizer.
+    With ``session`` (``protos.sessions``) the workers free what this router
+    held once it is gone.
     """
     if not target_addresses:
         raise ValueError("at least one target worker address is needed")
-    targets = [GrpcTargetClient(a) for a in target_addresses]
-    drafts = [GrpcDraftClient(a) for a in draft_addresses]
+    targets = [GrpcTargetClient(a, session=session) for a in target_addresses]
+    drafts = [GrpcDraftClient(a, session=session) for a in draft_addresses]
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(targets[0].info.model))
     infos = [t.info for t in targets] + [d.info for d in drafts]
     same_tokenizer = SameTokenizer(tokenizer, targets[0].info.model)

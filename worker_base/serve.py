@@ -18,7 +18,7 @@ from model_runtime.runner import ModelRunner
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos.server import RunningServer, serve_until_signalled, start_server
 from worker_base.executor_worker import ExecutorWorker
-from worker_base.servicer import ServedWorker, WorkerServicer
+from worker_base.servicer import DEFAULT_LEASE_TTL_S, ServedWorker, WorkerServicer
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +33,18 @@ class ServerConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
     grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+    lease_ttl_s: float = field(
+        default=DEFAULT_LEASE_TTL_S,
+        metadata={"help": "seconds a departed router's sequences are kept before they are freed"},
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.grace_s < 0:
             raise ValueError(f"grace_s must be >= 0, got {self.grace_s}")
+        if self.lease_ttl_s <= 0:
+            raise ValueError(f"lease_ttl_s must be > 0, got {self.lease_ttl_s}")
 
     @property
     def address(self) -> str:
@@ -64,7 +70,7 @@ S = TypeVar("S", bound=WorkerServicer)
 
 def serve_worker(
     worker: ServedWorker,
-    servicer: Callable[[ServedWorker, Callable[[str], None]], S],
+    servicer: Callable[[ServedWorker, Callable[[str], None], float], S],
     add_to_server: Callable[[S, grpc.Server], None],
     service_name: str,
     server: ServerConfig,
@@ -85,7 +91,7 @@ def serve_worker(
             running.set_serving(False)
 
     try:
-        binding = (add_to_server, servicer(worker, lost), service_name)
+        binding = (add_to_server, servicer(worker, lost, server.lease_ttl_s), service_name)
         running = start_server([binding], server.address)
         health.append(running)
         serve_until_signalled(running, server.grace_s, f"{kind} ready on {server.host}:{{port}}")

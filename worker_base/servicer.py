@@ -11,9 +11,11 @@ service then reports NOT_SERVING).
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import grpc
 
@@ -21,6 +23,13 @@ from model_runtime.errors import WorkerUnavailableError
 from protos import common_pb2 as pb
 from protos.convert import worker_info_to_proto
 from protos.messages import WorkerInfo
+from protos.sessions import SESSION_KEY
+from worker_base.leases import Leases
+
+logger = logging.getLogger(__name__)
+
+# How long a departed router's sequences are kept before they are freed.
+DEFAULT_LEASE_TTL_S = 30.0
 
 Batch = TypeVar("Batch")
 Outputs = TypeVar("Outputs")
@@ -48,10 +57,44 @@ class ServedWorker(Protocol):
 
 
 class WorkerServicer:
-    def __init__(self, worker: ServedWorker, on_unavailable: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        worker: ServedWorker,
+        on_unavailable: Callable[[str], None] | None = None,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+    ):
         self.worker = worker
         self.lock = threading.Lock()
         self.on_unavailable = on_unavailable
+        self.leases = Leases(lease_ttl_s)
+        self._janitor = threading.Thread(target=self._reclaim_forever, name="leases", daemon=True)
+        self._janitor.start()
+
+    def _reclaim_forever(self) -> None:
+        """Free what lapsed leases held, a few times per lease time."""
+        interval = min(1.0, self.leases.ttl_s / 4)
+        while True:
+            time.sleep(interval)
+            self.free(self.leases.lapsed(), "its router is gone")
+
+    def free(self, seq_ids: list[int], why: str) -> None:
+        """Release sequences no one owns any more (best effort)."""
+        if not seq_ids:
+            return
+        logger.info("freeing %d sequences: %s", len(seq_ids), why)
+        with self.lock:
+            try:
+                self.worker.release(seq_ids)
+            except WorkerUnavailableError as e:
+                logger.warning("could not free them: %s", e)
+
+    def _open_session(self, context: grpc.ServicerContext) -> str:
+        """The session of a batch stream (its leases hold until it ends)."""
+        given = dict(context.invocation_metadata()).get(SESSION_KEY)
+        session, orphans = self.leases.opened(given if isinstance(given, str) else None)
+        self.free(orphans, "its router started again")
+        context.add_callback(lambda: self.leases.closed(session))
+        return session
 
     def unavailable(self, context: grpc.ServicerContext, error: WorkerUnavailableError) -> None:
         if self.on_unavailable is not None:
@@ -68,12 +111,15 @@ class WorkerServicer:
         """One result per batch: ``prepare`` checks and converts a batch into the
         worker call to make (ValueError: INVALID_ARGUMENT), the call runs under
         the lock, and ``reply`` converts its outputs and the KV blocks still
-        free into the result."""
+        free into the result. Every sequence a batch carries is leased to the
+        stream's session (``worker_base.leases``)."""
+        session = self._open_session(context)
         for batch in batches:
             try:
                 call = prepare(batch)
             except ValueError as e:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            self.leases.hold(session, (m.tokens.seq_id for m in cast(Any, batch).sequences))
             with self.lock:
                 try:
                     outputs, free = call(), self.worker.num_free_blocks
@@ -85,6 +131,7 @@ class WorkerServicer:
     def Release(
         self, request: pb.ReleaseRequest, context: grpc.ServicerContext
     ) -> pb.ReleaseResponse:
+        self.leases.forget(request.seq_ids)
         with self.lock:
             try:
                 released = self.worker.release(list(request.seq_ids))
