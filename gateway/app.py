@@ -43,24 +43,47 @@ COMPLETION_MAX_TOKENS = 16
 
 
 class Gateway:
-    """What the routes share: the backend, the model name it serves, metrics."""
+    """What the routes share: the backend, the model name it serves, metrics.
 
-    def __init__(self, backend: Backend, served_model_name: str):
+    A backend that cannot serve yet (a router that does not answer) makes
+    every /v1 route a 503 that says why, until it can.
+    """
+
+    def __init__(self, backend: Backend, served_model_name: str | None = None):
         self.backend = backend
-        self.model = served_model_name
+        self.served_model_name = served_model_name
         self.metrics = GatewayMetrics(backend.stats)
-        self.prompts = Prompts(backend.tokenizer, backend.vocab_size, backend.max_model_len)
+        self._prompts: Prompts | None = None
+
+    @property
+    def model(self) -> str:
+        """The model id the API reports: the one given, else the backend's."""
+        return self.served_model_name or self.backend.model
+
+    @property
+    def prompts(self) -> Prompts:
+        if self._prompts is None:
+            b = self.backend
+            self._prompts = Prompts(b.tokenizer, b.vocab_size, b.max_model_len)
+        return self._prompts
+
+    def require_ready(self) -> None:
+        why_not = self.backend.unready()
+        if why_not is not None:
+            raise GatewayError(why_not, 503)
 
     def decode(self, token_id: int) -> str:
         return str(self.backend.tokenizer.decode([token_id]))
 
     def check_model(self, body: SamplingFields) -> None:
+        self.require_ready()
         if body.model is not None and body.model != self.model:
             raise GatewayError(
                 f"model {body.model!r} does not exist; this server serves {self.model!r}", 404
             )
 
     def models(self) -> dict[str, Any]:
+        self.require_ready()
         card = {
             "id": self.model,
             "object": "model",
@@ -104,7 +127,7 @@ class Gateway:
 
 def build_app(
     backend: Backend,
-    served_model_name: str,
+    served_model_name: str | None = None,
     api_key: str | None = None,
     max_request_body_bytes: int = 16 << 20,
 ) -> FastAPI:
@@ -121,8 +144,11 @@ def build_app(
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> JSONResponse:
+        why_not = backend.unready()
+        if why_not is None:
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "unavailable", "reason": why_not}, status_code=503)
 
     @app.get("/version")
     async def version() -> dict[str, str]:

@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 # How often to look for a lost worker again, and how long a round may wait for it.
 RETRY_S = 1.0
 PROBE_S = 0.05
+# How long an idle engine waits for a member to answer its health probe.
+IDLE_PROBE_S = 0.5
 
 
 class LLMEngine:
@@ -97,10 +99,26 @@ class LLMEngine:
             return self.drafts.infos[members[0]].model
         return self.config.speculative.model if self.config.speculative else ""
 
+    @property
+    def serving(self) -> bool:
+        """Whether a target worker was reachable at the last look."""
+        return any(self.targets.is_up(i) for i in range(len(self.targets)))
+
+    def check_workers(self) -> None:
+        """Look at both pools while idle: apply discovery's changes, probe lost
+        workers and members alike, so that health follows workers that come and
+        go while no request runs."""
+        for pool in (self.targets, self.drafts):
+            for index in pool.up():
+                if not pool.workers[index].probe(IDLE_PROBE_S):
+                    pool.lose(index, "it does not answer")
+
     def stats(self) -> EngineStats:
-        infos = [w.describe() for w in self.workers.targets]
-        total = sum(i.num_blocks for i in infos)
-        used = total - sum(i.num_free_blocks for i in infos)
+        """The engine's state now, from what the workers last said (no call is
+        made: a worker that is down does not hold this up)."""
+        up = [i for i in range(len(self.targets)) if self.targets.is_up(i)]
+        total = sum(self.targets.infos[i].num_blocks for i in up)
+        used = total - sum(self.workers.targets[i].num_free_blocks for i in up)
         return EngineStats(
             speculating=self.speculating,
             num_running=len(self.running),

@@ -23,6 +23,9 @@ from router.sequence import SequenceState
 
 logger = logging.getLogger(__name__)
 
+# How often an idle loop looks at its workers (health follows them meanwhile).
+IDLE_CHECK_S = 1.0
+
 
 @dataclass
 class Delta:
@@ -68,13 +71,19 @@ class _Stream:
     sent_text: int = 0
 
 
+@dataclass(frozen=True)
+class Health:
+    serving: bool  # a target worker is reachable
+    speculating: bool  # a draft worker is reachable
+
+
 class EngineLoop:
-    def __init__(
-        self, engine: LLMEngine, on_speculation_change: Callable[[bool], None] | None = None
-    ):
+    def __init__(self, engine: LLMEngine, on_health_change: Callable[[Health], None] | None = None):
+        """``on_health_change`` hears whenever the engine starts or stops being
+        able to serve, or to speculate (on the loop's thread)."""
         self.engine = engine
-        self._on_speculation_change = on_speculation_change
-        self._speculating = engine.speculating
+        self._on_health_change = on_health_change
+        self.health = Health(engine.serving, engine.speculating)
         self._commands: queue.Queue[_Add | _Abort | _Look | None] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
         # Ids of the requests submitted and not finished, kept by callers' threads.
@@ -139,7 +148,7 @@ class EngineLoop:
     def _apply(self, command: _Add | _Abort | _Look | None) -> None:
         if isinstance(command, _Look):
             self.engine.drafts.up()
-            self._report_speculation()
+            self._report_health()
         elif isinstance(command, _Add):
             (seq,) = self.engine.add_request(command.request_id, command.prompt_ids, command.params)
             self._streams[command.request_id] = _Stream(seq, command.on_delta)
@@ -162,15 +171,10 @@ class EngineLoop:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            # Block for work when idle; otherwise take what has queued up.
-            block = not self.engine.has_unfinished()
-            try:
-                while True:
-                    command = self._commands.get(block=block)
-                    block = False
-                    self._apply(command)
-            except queue.Empty:
-                pass
+            if not self._take_commands():  # idle, and nothing came for a while
+                self.engine.check_workers()
+                self._report_health()
+                continue
             if self.engine.has_unfinished():
                 try:
                     self.engine.step()
@@ -179,13 +183,31 @@ class EngineLoop:
                     self._fail_all(f"{type(e).__name__}: {e}")
                     continue
                 self._publish()
-                self._report_speculation()
+                self._report_health()
 
-    def _report_speculation(self) -> None:
-        if self.engine.speculating != self._speculating:
-            self._speculating = self.engine.speculating
-            if self._on_speculation_change is not None:
-                self._on_speculation_change(self._speculating)
+    def _take_commands(self) -> bool:
+        """Apply what has queued up (when idle, waiting up to IDLE_CHECK_S for
+        something); False when idle and nothing came."""
+        idle = not self.engine.has_unfinished()
+        try:
+            command = (
+                self._commands.get(timeout=IDLE_CHECK_S) if idle else self._commands.get_nowait()
+            )
+        except queue.Empty:
+            return not idle
+        while True:
+            self._apply(command)
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _report_health(self) -> None:
+        health = Health(self.engine.serving, self.engine.speculating)
+        if health != self.health:
+            self.health = health
+            if self._on_health_change is not None:
+                self._on_health_change(health)
 
     def _publish(self) -> None:
         for request_id, stream in list(self._streams.items()):

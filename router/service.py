@@ -28,7 +28,7 @@ from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
 from router.grpc_clients import GrpcDraftClient
-from router.loop import Delta, DuplicateRequestError, EngineLoop
+from router.loop import Delta, DuplicateRequestError, EngineLoop, Health
 from router.metrics import EngineCollector
 from router.wire import delta_to_response, params_from_request, router_info
 from router.workers import SameTokenizer, build_remote_workers
@@ -218,9 +218,12 @@ def serve(config: RouterConfig) -> None:
     if config.metrics_port is not None:
         start_metrics_server(engine, config.host, config.metrics_port)
 
-    def report(speculating: bool) -> None:
+    def report(now: Health) -> None:
+        """NOT_SERVING overall while no target worker is reachable; the
+        speculation name says whether a draft worker is."""
         for running in health:
-            running.health.set(SPECULATION_HEALTH, SERVING if speculating else NOT_SERVING)
+            running.set_serving(now.serving)
+            running.health.set(SPECULATION_HEALTH, SERVING if now.speculating else NOT_SERVING)
 
     discovery = None
     if names:
@@ -249,7 +252,7 @@ def serve(config: RouterConfig) -> None:
         max_workers=128,
     )
     health.append(running)
-    report(engine.speculating)
+    report(loop.health)
     serve_until_signalled(running, config.grace_s, f"router ready on {config.host}:{{port}}")
     if discovery is not None:
         discovery.stop()

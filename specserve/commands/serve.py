@@ -13,13 +13,15 @@ HTTP server (the seed's online mode), in one of three shapes:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.backends import Backend, LocalBackend, RouterBackend
+from gateway.backends import Backend, LocalBackend
+from gateway.router_backend import RouterBackend
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from router.config import EngineConfig, SpeculativeConfig
@@ -29,7 +31,11 @@ from specserve.arguments import flag_of, speculative_config_from_flag
 from specserve.commands.disaggregated import start_processes
 from specserve.local_workers import build_local_workers
 
+logger = logging.getLogger(__name__)
+
 GRACE_S = 5
+# How long serve waits for its router to answer before it serves (503s until then).
+ROUTER_WAIT_S = 5.0
 # Request bodies larger than this are refused unread (the gateway's default).
 MAX_REQUEST_BODY_BYTES = 16 << 20
 
@@ -148,19 +154,26 @@ def serve(config: ServeConfig, parallel: ParallelConfig) -> None:
 
 def _backend(
     config: ServeConfig, parallel: ParallelConfig, stack: ExitStack
-) -> tuple[Backend, str]:
-    """The backend of ``config``'s shape, and the model name it serves by default."""
+) -> tuple[Backend, str | None]:
+    """The backend of ``config``'s shape, and the model name it serves by default
+    (None: the one the router reports)."""
     if config.router is not None:
         remote = RouterBackend(config.router, config.tokenizer)
-        return remote, config.model or remote.model
+        if not remote.wait_for_router(ROUTER_WAIT_S):
+            logger.warning("%s; serving 503s until it does", remote.unready())
+        return remote, config.model
     engine_config = config.engine_config(parallel)
     if config.disaggregated:
-        return RouterBackend(start_processes(engine_config, stack)), engine_config.model
+        remote = RouterBackend(start_processes(engine_config, stack))
+        remote.wait_for_router(ROUTER_WAIT_S)
+        return remote, engine_config.model
     engine = LLMEngine(engine_config, build_local_workers(engine_config))
     return LocalBackend(EngineLoop(engine), config.max_pending_requests), engine_config.model
 
 
-def _app(backend: Backend, served_model_name: str, api_key: str | None, body_bytes: int) -> Any:
+def _app(
+    backend: Backend, served_model_name: str | None, api_key: str | None, body_bytes: int
+) -> Any:
     # The HTTP stack is imported here, not above: the worker and router
     # commands share this CLI (and its parser imports this module) without it.
     from gateway.app import build_app
