@@ -43,12 +43,6 @@ from router.workers import Workers
 
 logger = logging.getLogger(__name__)
 
-# How often to look for a lost worker again, and how long a round may wait for it.
-RETRY_S = 1.0
-PROBE_S = 0.05
-# How long an idle engine waits for a member to answer its health probe.
-IDLE_PROBE_S = 0.5
-
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, workers: Workers):
@@ -60,8 +54,8 @@ class LLMEngine:
         self.max_model_len = self.workers.max_model_len
         self.k = config.num_speculative_tokens
         self.metrics = SpeculationMetrics(self.k)
-        self.targets = WorkerPool(self.workers.targets, "target", RETRY_S, PROBE_S)
-        self.drafts = WorkerPool(self.workers.drafts, "draft", RETRY_S, PROBE_S)
+        self.targets = WorkerPool(self.workers.targets, "target")
+        self.drafts = WorkerPool(self.workers.drafts, "draft")
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
         self._turn = 0  # the micro-batch to verify next, with overlap
@@ -71,7 +65,7 @@ class LLMEngine:
             self.k,
             self.max_model_len,
             config.runner.max_num_seqs,
-            min(limits) if limits else None,
+            min(limits, default=None),
         )
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
@@ -89,41 +83,26 @@ class LLMEngine:
     @property
     def speculating(self) -> bool:
         """Whether the last round could reach a draft worker."""
-        return any(self.drafts.is_up(i) for i in range(len(self.drafts)))
-
-    @property
-    def draft_model(self) -> str:
-        """The draft pool's model: a member's, else the configured one ('' if none)."""
-        members = self.drafts.members()
-        if members:
-            return self.drafts.infos[members[0]].model
-        return self.config.speculative.model if self.config.speculative else ""
+        return self.drafts.any_up()
 
     @property
     def serving(self) -> bool:
         """Whether a target worker was reachable at the last look."""
-        return any(self.targets.is_up(i) for i in range(len(self.targets)))
+        return self.targets.any_up()
 
     def check_workers(self) -> None:
-        """Look at both pools while idle: apply discovery's changes, probe lost
-        workers and members alike, so that health follows workers that come and
-        go while no request runs."""
-        for pool in (self.targets, self.drafts):
-            for index in pool.up():
-                if not pool.workers[index].probe(IDLE_PROBE_S):
-                    pool.lose(index, "it does not answer")
+        """Probe both pools while idle (``WorkerPool.check``)."""
+        self.targets.check()
+        self.drafts.check()
 
     def stats(self) -> EngineStats:
         """The engine's state now, from what the workers last said (no call is
         made: a worker that is down does not hold this up)."""
-        up = [i for i in range(len(self.targets)) if self.targets.is_up(i)]
-        total = sum(self.targets.infos[i].num_blocks for i in up)
-        used = total - sum(self.workers.targets[i].num_free_blocks for i in up)
         return EngineStats(
             speculating=self.speculating,
             num_running=len(self.running),
             num_waiting=len(self.waiting),
-            kv_cache_usage=used / total if total else 0.0,
+            kv_cache_usage=self.targets.kv_cache_usage(),
             speculation=self.metrics.copy(),
         )
 

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 
 class Member(Protocol):
+    @property
+    def num_free_blocks(self) -> int: ...
     def probe(self, timeout_s: float) -> bool: ...
     def describe(self) -> WorkerInfo: ...
 
@@ -31,8 +33,17 @@ class Member(Protocol):
 W = TypeVar("W", bound=Member)
 
 
+# How often to look for a lost worker again, and how long a round may wait for it.
+RETRY_S = 1.0
+PROBE_S = 0.05
+# How long an idle engine waits for a member to answer its health probe.
+IDLE_PROBE_S = 0.5
+
+
 class WorkerPool(Generic[W]):
-    def __init__(self, workers: Sequence[W], kind: str, retry_s: float, probe_s: float):
+    def __init__(
+        self, workers: Sequence[W], kind: str, retry_s: float = RETRY_S, probe_s: float = PROBE_S
+    ):
         self.kind = kind
         self.retry_s = retry_s
         self.probe_s = probe_s
@@ -87,6 +98,30 @@ class WorkerPool(Generic[W]):
             else:
                 self._lost_at[index] = now
         return [i for i in self.members() if i not in self._lost_at]
+
+    def any_up(self) -> bool:
+        """Whether a member was reachable at the last look."""
+        return any(self.is_up(i) for i in range(len(self.workers)))
+
+    def check(self, timeout_s: float = IDLE_PROBE_S) -> None:
+        """Probe every member (lost ones too): a member that does not answer
+        within ``timeout_s`` is lost. For an idle engine, so that health
+        follows workers without traffic."""
+        for index in self.up():
+            if not self.workers[index].probe(timeout_s):
+                self.lose(index, "it does not answer")
+
+    def first_model(self, default: str = "") -> str:
+        """The model of the first member (``default`` when there is none)."""
+        members = self.members()
+        return self.infos[members[0]].model if members else default
+
+    def kv_cache_usage(self) -> float:
+        """The share of the reachable members' KV blocks in use, as they last said."""
+        up = [i for i in range(len(self.workers)) if self.is_up(i)]
+        total = sum(self.infos[i].num_blocks for i in up)
+        free = sum(self.workers[i].num_free_blocks for i in up)
+        return (total - free) / total if total else 0.0
 
     def lose(self, index: int, reason: object) -> None:
         if not self.is_member(index):

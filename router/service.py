@@ -24,6 +24,7 @@ from protos.server import (
     start_server,
 )
 from protos.sessions import new_session
+from router.clients import DraftClient
 from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
@@ -116,7 +117,9 @@ class RouterService(router_pb2_grpc.RouterServicer):
             model=engine.config.model,
             vocab_size=engine.workers.vocab_size,
             max_model_len=engine.max_model_len,
-            draft_model=engine.draft_model,
+            draft_model=engine.drafts.first_model(
+                engine.config.speculative.model if engine.config.speculative else ""
+            ),
             k=engine.k,
             stats=engine.stats(),
         )
@@ -198,22 +201,8 @@ def router_name(port: int) -> str:
 def serve(config: RouterConfig) -> None:
     """Run the router until SIGTERM."""
     drafts, names = split_addresses(config.addresses(config.draft_workers))
-    k = config.num_speculative_tokens if drafts or names else 0
     session = new_session(router_name(config.port))
-    workers = build_remote_workers(config.addresses(config.target_workers), drafts, session)
-    spec = None
-    if k:  # the model is a draft worker's; found later when only names are given
-        spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
-    engine = LLMEngine(
-        EngineConfig(
-            # The target workers hold the runners; the spec only names their model.
-            runner=RunnerSpec(model=workers.target.describe().model),
-            speculative=spec,
-            overlap=config.overlap,
-            log_stats_interval_s=None if config.disable_log_stats else config.log_stats_interval_s,
-        ),
-        workers,
-    )
+    engine = _engine(config, drafts, names, session)
     health: list[RunningServer] = []
     if config.metrics_port is not None:
         start_metrics_server(engine, config.host, config.metrics_port)
@@ -225,22 +214,7 @@ def serve(config: RouterConfig) -> None:
             running.set_serving(now.serving)
             running.health.set(SPECULATION_HEALTH, SERVING if now.speculating else NOT_SERVING)
 
-    discovery = None
-    if names:
-        discovery = Discovery(
-            engine.drafts,
-            names,
-            partial(
-                GrpcDraftClient,
-                connect_timeout_s=DISCOVERY_CONNECT_S,
-                wait_for_ready=False,
-                session=session,
-            ),
-            SameTokenizer(workers.tokenizer, engine.config.model),
-            config.discovery_interval_s,
-        )
-        discovery.refresh()
-        engine.drafts.up()  # the first requests already speculate
+    discovery = _discovery(engine, names, session, config.discovery_interval_s)
     loop = EngineLoop(engine, report)
     if discovery is not None:
         discovery.on_change = loop.look_at_pools
@@ -257,3 +231,42 @@ def serve(config: RouterConfig) -> None:
     if discovery is not None:
         discovery.stop()
     loop.stop()
+
+
+def _engine(config: RouterConfig, drafts: list[str], names: list[str], session: str) -> LLMEngine:
+    """The engine over the workers ``config`` lists (their clients carry ``session``)."""
+    k = config.num_speculative_tokens if drafts or names else 0
+    workers = build_remote_workers(config.addresses(config.target_workers), drafts, session)
+    spec = None
+    if k:  # the model is a draft worker's; found later when only names are given
+        spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
+    return LLMEngine(
+        EngineConfig(
+            # The target workers hold the runners; the spec only names their model.
+            runner=RunnerSpec(model=workers.target.describe().model),
+            speculative=spec,
+            overlap=config.overlap,
+            log_stats_interval_s=None if config.disable_log_stats else config.log_stats_interval_s,
+        ),
+        workers,
+    )
+
+
+def _discovery(
+    engine: LLMEngine, names: list[str], session: str, interval_s: float
+) -> Discovery[DraftClient] | None:
+    """Discovery of the draft workers behind ``names`` (None without names),
+    after a first lookup, so the first requests already speculate."""
+    if not names:
+        return None
+    connect = partial(
+        GrpcDraftClient,
+        connect_timeout_s=DISCOVERY_CONNECT_S,
+        wait_for_ready=False,
+        session=session,
+    )
+    same_tokenizer = SameTokenizer(engine.workers.tokenizer, engine.config.model)
+    discovery = Discovery(engine.drafts, names, connect, same_tokenizer, interval_s)
+    discovery.refresh()
+    engine.drafts.up()
+    return discovery
