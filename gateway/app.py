@@ -36,7 +36,7 @@ from gateway.protocol import (
     error_body,
 )
 from gateway.render import ChatRenderer, CompletionRenderer, Decode, Renderer
-from gateway.responses import Responder
+from gateway.responses import Drain, Responder
 
 # The completions API's own default; chat's is the room left in the context.
 COMPLETION_MAX_TOKENS = 16
@@ -53,6 +53,7 @@ class Gateway:
         self.backend = backend
         self.served_model_name = served_model_name
         self.metrics = GatewayMetrics(backend.stats)
+        self.drain = Drain()  # started when the server is told to stop
         self._prompts: Prompts | None = None
 
     @property
@@ -117,7 +118,7 @@ class Gateway:
         choices = start_choices(self.backend, prompts, texts, body, max_tokens, echo)
         wants_logprobs = body.logprob_counts()[0] is not None  # checked by start_choices
         rendering = renderer(self.decode, wants_logprobs)
-        responder = Responder(choices, prompts, rendering, self.model, self.metrics)
+        responder = Responder(choices, prompts, rendering, self.model, self.metrics, self.drain)
         await responder.prime()
         if body.stream:
             events = responder.events(body.include_usage)
@@ -132,9 +133,9 @@ def build_app(
     max_request_body_bytes: int = 16 << 20,
 ) -> FastAPI:
     app = FastAPI(title="specserve")
+    app.state.gateway = gateway = Gateway(backend, served_model_name)
     # A larger body is refused (413) as it arrives, before it is read whole.
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_request_body_bytes)
-    gateway = Gateway(backend, served_model_name)
     _add_error_handlers(app)
     _add_guard_and_counting(app, gateway.metrics, api_key, max_request_body_bytes)
 

@@ -21,6 +21,24 @@ from gateway.protocol import GatewayError, error_body
 from gateway.render import Renderer
 from router.loop import Delta
 
+# How often a stream looks whether the server is cutting streams.
+DRAIN_POLL_S = 0.5
+
+
+class Drain:
+    """When a stopping server cuts the streams still open: shortly before its
+    grace ends, so that each can end with an error event and [DONE] rather than
+    mid-body."""
+
+    def __init__(self) -> None:
+        self.cut_at: float | None = None
+
+    def start(self, grace_s: float) -> None:
+        self.cut_at = time.monotonic() + max(grace_s - 1.0, grace_s / 2)
+
+    def cut(self) -> bool:
+        return self.cut_at is not None and time.monotonic() >= self.cut_at
+
 
 class Responder:
     """One request's response: its choices, rendered by ``renderer``."""
@@ -32,8 +50,10 @@ class Responder:
         renderer: Renderer,
         model: str,
         metrics: GatewayMetrics,
+        drain: Drain | None = None,
     ):
         self.choices = choices
+        self.drain = drain or Drain()
         self.prompts = prompts
         self.renderer = renderer
         self.metrics = metrics
@@ -93,7 +113,11 @@ class Responder:
         open_choices, completion_tokens = len(self.choices), 0
         try:
             while open_choices:
-                choice, d = await merged.get()
+                item = await self._next(merged)
+                if item is None:  # the server stops before this stream ends
+                    yield _event(error_body("the server is shutting down; try again", 503))
+                    break
+                choice, d = item
                 if isinstance(d, Exception) or d.error:
                     yield _event(error_body(str(d) if isinstance(d, Exception) else d.error or ""))
                     break
@@ -110,6 +134,17 @@ class Responder:
             abort_all(self.choices)
             for task in tasks:
                 task.cancel()
+
+    async def _next(
+        self, merged: asyncio.Queue[tuple[Choice, Delta | Exception]]
+    ) -> tuple[Choice, Delta | Exception] | None:
+        """The next delta of any choice, or None once the drain says to cut."""
+        while not self.drain.cut():
+            try:
+                return await asyncio.wait_for(merged.get(), DRAIN_POLL_S)
+            except asyncio.TimeoutError:
+                continue
+        return None
 
     def _chunk(self, choice: Choice, delta: Delta) -> dict[str, Any]:
         fields = self.renderer.fields(choice, delta, streaming=True)

@@ -22,6 +22,10 @@ from grpc_reflection.v1alpha import reflection
 # (add_XServicer_to_server, servicer, full service name) for each service.
 ServiceBinding = tuple[Callable[[Any, grpc.Server], None], object, str]
 
+# How long a service drains on SIGTERM: Kubernetes' own default termination
+# grace (the manifests give pods a little more).
+DEFAULT_GRACE_S = 30.0
+
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -40,10 +44,16 @@ class RunningServer:
         for name in ("", *self.service_names):
             self.health.set(name, status)
 
-    def stop(self, grace_s: float) -> None:
-        """Report NOT_SERVING, then stop, letting calls in flight finish for ``grace_s``."""
+    def stop(self, grace_s: float, idle: Callable[[], bool] | None = None) -> None:
+        """Report NOT_SERVING, then stop, letting calls in flight finish for
+        ``grace_s``; once ``idle()`` says none is doing work (a worker's batch
+        streams wait between batches, forever), the rest are ended at once."""
         self.set_serving(False)
-        self.server.stop(grace_s).wait()
+        done = self.server.stop(grace_s)
+        while not done.wait(0.1):
+            if idle is not None and idle():
+                self.server.stop(0).wait()
+                return
 
 
 def start_server(
@@ -80,13 +90,19 @@ def start_server(
     return running
 
 
-def serve_until_signalled(running: RunningServer, grace_s: float, ready_line: str) -> None:
+def serve_until_signalled(
+    running: RunningServer,
+    grace_s: float,
+    ready_line: str,
+    idle: Callable[[], bool] | None = None,
+) -> None:
     """Print ``ready_line`` (with the bound port), serve until SIGTERM or SIGINT,
-    then shut down in order: health NOT_SERVING, drain for ``grace_s``, stop."""
+    then shut down in order: health NOT_SERVING, drain for ``grace_s`` (or until
+    ``idle()``), stop."""
     received = catch_termination()
     print(ready_line.format(port=running.port), flush=True)
     wait_for(received)
-    running.stop(grace_s)
+    running.stop(grace_s, idle)
 
 
 def catch_termination() -> list[int]:

@@ -17,6 +17,7 @@ from model_runtime.specs import RunnerSpec
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
 from protos.server import (
+    DEFAULT_GRACE_S,
     NOT_SERVING,
     SERVING,
     RunningServer,
@@ -150,7 +151,10 @@ class RouterConfig:
     num_speculative_tokens: int = field(default=5, metadata={"help": "drafts per round"})
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
-    grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+    grace_s: float = field(
+        default=DEFAULT_GRACE_S,
+        metadata={"help": "on SIGTERM, how long streams in flight may finish"},
+    )
     overlap: bool = field(
         default=True,
         metadata={"help": "keep two micro-batches in flight: draft one while verifying the other"},

@@ -16,7 +16,7 @@ from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.executors import RankExecutor, start_executor
 from model_runtime.runner import ModelRunner
 from model_runtime.specs import ParallelConfig, RunnerSpec
-from protos.server import RunningServer, serve_until_signalled, start_server
+from protos.server import DEFAULT_GRACE_S, RunningServer, serve_until_signalled, start_server
 from worker_base.executor_worker import ExecutorWorker
 from worker_base.servicer import DEFAULT_LEASE_TTL_S, ServedWorker, WorkerServicer
 
@@ -32,7 +32,10 @@ class ServerConfig:
 
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
-    grace_s: float = field(default=5.0, metadata={"help": "drain time on SIGTERM"})
+    grace_s: float = field(
+        default=DEFAULT_GRACE_S,
+        metadata={"help": "on SIGTERM, how long a batch in flight may finish"},
+    )
     lease_ttl_s: float = field(
         default=DEFAULT_LEASE_TTL_S,
         metadata={"help": "seconds a departed router's sequences are kept before they are freed"},
@@ -91,10 +94,11 @@ def serve_worker(
             running.set_serving(False)
 
     try:
-        binding = (add_to_server, servicer(worker, lost, server.lease_ttl_s), service_name)
-        running = start_server([binding], server.address)
+        servicing = servicer(worker, lost, server.lease_ttl_s)
+        running = start_server([(add_to_server, servicing, service_name)], server.address)
         health.append(running)
-        serve_until_signalled(running, server.grace_s, f"{kind} ready on {server.host}:{{port}}")
+        ready = f"{kind} ready on {server.host}:{{port}}"
+        serve_until_signalled(running, server.grace_s, ready, servicing.idle)
     finally:
         if isinstance(worker, ExecutorWorker):
             worker.close()  # stops the ranks and frees their placement

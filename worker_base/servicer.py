@@ -96,6 +96,11 @@ class WorkerServicer:
         context.add_callback(lambda: self.leases.closed(session))
         return session
 
+    def idle(self) -> bool:
+        """Whether no batch is running now (a draining worker may then end its
+        streams: the router moves their sequences elsewhere)."""
+        return not self.lock.locked()
+
     def unavailable(self, context: grpc.ServicerContext, error: WorkerUnavailableError) -> None:
         if self.on_unavailable is not None:
             self.on_unavailable(str(error))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 from contextlib import ExitStack
@@ -24,6 +25,7 @@ from gateway.backends import Backend, LocalBackend
 from gateway.router_backend import RouterBackend
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from model_runtime.specs import ParallelConfig, RunnerSpec
+from protos.server import DEFAULT_GRACE_S, catch_termination
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import EngineLoop
@@ -33,7 +35,6 @@ from specserve.local_workers import build_local_workers
 
 logger = logging.getLogger(__name__)
 
-GRACE_S = 5
 # How long serve waits for its router to answer before it serves (503s until then).
 ROUTER_WAIT_S = 5.0
 # Request bodies larger than this are refused unread (the gateway's default).
@@ -91,6 +92,13 @@ class ServeConfig:
         default=MAX_REQUEST_BODY_BYTES,
         metadata={"help": "larger request bodies are refused (413) before they are read"},
     )
+    grace_s: float = field(
+        default=DEFAULT_GRACE_S,
+        metadata={
+            "help": "on SIGTERM, how long streams may finish; one still open is cut "
+            "with an error event just before"
+        },
+    )
     max_pending_requests: int = field(
         default=1024,
         metadata={"help": "requests in flight in this process before 429 (a router has its own)"},
@@ -100,6 +108,8 @@ class ServeConfig:
         for name in ("max_request_body_bytes", "max_pending_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.grace_s < 0:
+            raise ValueError(f"grace_s must be >= 0, got {self.grace_s}")
         if self.router is not None:
             if self.disaggregated:
                 raise ValueError("--router and --disaggregated exclude each other")
@@ -184,11 +194,22 @@ def _app(
 def _run_http(config: ServeConfig, app: Any) -> None:
     import uvicorn
 
+    class Server(uvicorn.Server):
+        """uvicorn's server, telling the gateway when it is told to stop."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.gateway.drain.start(config.grace_s)
+            super().handle_exit(sig, frame)
+
     sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((config.host, config.port))
     sock.listen(128)
     print(f"gateway ready on {config.host}:{sock.getsockname()[1]}", flush=True)
-    # Open keep-alive connections get GRACE_S to finish on SIGTERM, not forever.
-    server = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACE_S)
-    uvicorn.Server(server).run(sockets=[sock])
+    # Open connections get grace_s to finish on SIGTERM, not forever.
+    # uvicorn re-raises the signal that stopped it once it has drained; caught
+    # here, it ends the process normally (exit code 0) instead of killing it.
+    catch_termination()
+    grace = math.ceil(config.grace_s)
+    server = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=grace)
+    Server(server).run(sockets=[sock])
