@@ -15,6 +15,7 @@ from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos import convert, draft_worker_pb2_grpc
 from protos import draft_worker_pb2 as dpb
 from protos.messages import MAX_DRAFT_TOKENS, Proposal
+from protos.tls import PLAIN, TlsConfig
 from worker_base.serve import ServerConfig, serve_worker, start_worker
 from worker_base.servicer import WorkerServicer, check_distinct
 
@@ -55,7 +56,11 @@ def build_draft_worker(
 
 
 def serve(
-    server: ServerConfig, runner: RunnerSpec, draft: DraftWorkerConfig, parallel: ParallelConfig
+    server: ServerConfig,
+    runner: RunnerSpec,
+    draft: DraftWorkerConfig,
+    parallel: ParallelConfig,
+    tls: TlsConfig = PLAIN,
 ) -> None:
     """Run a draft worker until SIGTERM."""
     serve_worker(
@@ -65,4 +70,5 @@ def serve(
         SERVICE_NAME,
         server,
         "draft worker",
+        tls,
     )

@@ -11,7 +11,6 @@ choices on the backend (``gateway.choices``) and answers through a
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from collections.abc import Callable
 from importlib.metadata import version as package_version
@@ -37,6 +36,7 @@ from gateway.protocol import (
 )
 from gateway.render import ChatRenderer, CompletionRenderer, Decode, Renderer
 from gateway.responses import Drain, Responder
+from protos.server import bearer_matches
 
 # The completions API's own default; chat's is the room left in the context.
 COMPLETION_MAX_TOKENS = 16
@@ -131,13 +131,17 @@ def build_app(
     served_model_name: str | None = None,
     api_key: str | None = None,
     max_request_body_bytes: int = 16 << 20,
+    protect_metrics: bool = False,
 ) -> FastAPI:
+    """The app over ``backend``. With ``api_key`` every /v1 route (and with
+    ``protect_metrics`` /metrics too) needs ``Authorization: Bearer KEY``."""
     app = FastAPI(title="specserve")
     app.state.gateway = gateway = Gateway(backend, served_model_name)
     # A larger body is refused (413) as it arrives, before it is read whole.
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_request_body_bytes)
     _add_error_handlers(app)
-    _add_guard_and_counting(app, gateway.metrics, api_key, max_request_body_bytes)
+    protected = ("/v1", "/metrics") if protect_metrics else ("/v1",)
+    _add_guard_and_counting(app, gateway.metrics, api_key, protected, max_request_body_bytes)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
@@ -192,7 +196,11 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_guard_and_counting(
-    app: FastAPI, metrics: GatewayMetrics, api_key: str | None, max_body_bytes: int
+    app: FastAPI,
+    metrics: GatewayMetrics,
+    api_key: str | None,
+    protected: tuple[str, ...],
+    max_body_bytes: int,
 ) -> None:
     """Refuse what must not reach a handler (see ``_refusal``); count and time
     every /v1 answer."""
@@ -200,7 +208,7 @@ def _add_guard_and_counting(
     @app.middleware("http")
     async def _guard_and_count(request: Request, call_next: Any) -> Any:
         start = time.monotonic()
-        refused = _refusal(request, api_key, max_body_bytes)
+        refused = _refusal(request, api_key, protected, max_body_bytes)
         response = refused or await call_next(request)
         if request.url.path.startswith("/v1"):
             metrics.requests.labels(request.url.path, str(response.status_code)).inc()
@@ -208,12 +216,14 @@ def _add_guard_and_counting(
         return response
 
 
-def _refusal(request: Request, api_key: str | None, max_body_bytes: int) -> JSONResponse | None:
-    """With ``api_key``, every /v1 route needs ``Authorization: Bearer KEY``; a
-    body declared larger than ``max_body_bytes`` is refused unread (one sent in
-    chunks is cut off by RequestBodyLimitMiddleware as it arrives)."""
-    if api_key and request.url.path.startswith("/v1"):
-        if not authorized(request.headers.get("authorization"), api_key):
+def _refusal(
+    request: Request, api_key: str | None, protected: tuple[str, ...], max_body_bytes: int
+) -> JSONResponse | None:
+    """With ``api_key``, the ``protected`` routes need ``Authorization: Bearer
+    KEY``; a body declared larger than ``max_body_bytes`` is refused unread
+    (one sent in chunks is cut off by RequestBodyLimitMiddleware as it arrives)."""
+    if api_key and request.url.path.startswith(protected):
+        if not bearer_matches(request.headers.get("authorization"), api_key):
             return JSONResponse(error_body("invalid or missing API key", 401), status_code=401)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_body_bytes:
@@ -222,12 +232,3 @@ def _refusal(request: Request, api_key: str | None, max_body_bytes: int) -> JSON
         )
         return JSONResponse(error_body(message, 413), status_code=413)
     return None
-
-
-def authorized(header: str | None, api_key: str) -> bool:
-    """Whether an Authorization header carries the key (the scheme in any case;
-    compared in constant time, so timing tells nothing of the key)."""
-    scheme, _, token = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        token.strip().encode(), api_key.encode()
-    )

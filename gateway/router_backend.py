@@ -24,6 +24,7 @@ from gateway.backends import Completion, Overloaded, Unavailable, failed
 from model_runtime.resolve import resolve_model
 from protos import router_pb2 as rpb
 from protos.router_pb2_grpc import RouterStub
+from protos.tls import PLAIN, TlsConfig
 from router.grpc_clients import CHANNEL_OPTIONS
 from router.loop import Delta
 from router.metrics import EngineStats, SpeculationMetrics
@@ -81,14 +82,18 @@ class RouterBackend:
         self,
         address: str,
         tokenizer: str | None = None,
+        tls: TlsConfig = PLAIN,
+        token: str | None = None,
         timeout_s: float = 10.0,
         check_interval_s: float = 1.0,
     ):
         self.address = address
+        self.tls = tls
+        self.metadata = () if token is None else (("authorization", f"Bearer {token}"),)
         self.timeout_s = timeout_s
         self.check_interval_s = check_interval_s
         self._tokenizer_name = tokenizer
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = tls.channel(address, CHANNEL_OPTIONS)
         self._stub = RouterStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._router: _Router | None = None
@@ -135,7 +140,7 @@ class RouterBackend:
         if self._router is None:
             return EngineStats(False, 0, 0, 0.0, SpeculationMetrics(0))
         try:
-            info = self._stub.Describe(rpb.DescribeRouterRequest(), timeout=self.timeout_s)
+            info = self._describe()
         except grpc.RpcError:
             return stats_from_info(self._router.info)
         self._router = _Router(info, self._router.tokenizer)
@@ -146,9 +151,9 @@ class RouterBackend:
             raise Unavailable(self._why_not)
         check_prompt("", prompt_ids, self.max_model_len, self.vocab_size)
         if self._async_stub is None:
-            channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-            self._async_stub = RouterStub(channel)
-        call = self._async_stub.Generate(generate_request("", prompt_ids, params))
+            self._async_stub = RouterStub(self.tls.channel(self.address, CHANNEL_OPTIONS, aio=True))
+        request = generate_request("", prompt_ids, params)
+        call = self._async_stub.Generate(request, metadata=self.metadata)
         return _RouterCompletion(call, params.prompt_logprobs is not None)
 
     def close(self) -> None:
@@ -171,8 +176,12 @@ class RouterBackend:
                 delay = RECONNECT_MAX_S
             self._closed.wait(delay)
 
+    def _describe(self) -> rpb.RouterInfo:
+        request = rpb.DescribeRouterRequest()
+        return self._stub.Describe(request, timeout=self.timeout_s, metadata=self.metadata)
+
     def _check(self) -> None:
-        info = self._stub.Describe(rpb.DescribeRouterRequest(), timeout=self.timeout_s)
+        info = self._describe()
         tokenizer: PreTrainedTokenizerBase
         if self._router is None:
             name = self._tokenizer_name or info.model

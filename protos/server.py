@@ -8,6 +8,7 @@ any specserve process.
 
 from __future__ import annotations
 
+import hmac
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from protos.tls import PLAIN, TlsConfig
 
 # (add_XServicer_to_server, servicer, full service name) for each service.
 ServiceBinding = tuple[Callable[[Any, grpc.Server], None], object, str]
@@ -61,14 +64,21 @@ def start_server(
     address: str = "127.0.0.1:0",
     max_workers: int = 16,
     serving: bool = True,
+    tls: TlsConfig = PLAIN,
+    token: str | None = None,
 ) -> RunningServer:
-    """Start a server for ``services`` on ``address`` (port 0 picks a free port).
+    """Start a server for ``services`` on ``address`` (port 0 picks a free port),
+    over TLS when ``tls`` has a certificate; with ``token``, every call of the
+    services (health and reflection stay open, for probes) must carry it.
 
     With ``serving=False`` health starts as NOT_SERVING, for a process that is
     still loading its model; call ``set_serving(True)`` once it is ready.
     """
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
     names = tuple(name for _, _, name in services)
+    interceptors: list[grpc.ServerInterceptor] = [BearerToken(token, names)] if token else []
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=interceptors
+    )
     for add, servicer, _ in services:
         add(servicer, server)
     health_servicer = health.HealthServicer()
@@ -81,7 +91,11 @@ def start_server(
         ),
         server,
     )
-    port = server.add_insecure_port(address)
+    credentials = tls.server_credentials()
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"cannot bind a gRPC server to {address}")
     server.start()
@@ -123,3 +137,54 @@ def wait_for(received: list[int], poll_s: float = 0.1) -> None:
     """Return once ``received`` (from ``catch_termination``) holds a signal."""
     while not received:
         time.sleep(poll_s)
+
+
+def bearer_matches(header: str | None, secret: str) -> bool:
+    """Whether an authorization value is ``Bearer SECRET`` (the scheme in any
+    case; compared in constant time, so timing tells nothing of the secret)."""
+    scheme, _, value = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        value.strip().encode(), secret.encode()
+    )
+
+
+class BearerToken(grpc.ServerInterceptor):
+    """Calls of ``services`` without ``authorization: Bearer TOKEN`` metadata
+    fail with UNAUTHENTICATED."""
+
+    def __init__(self, token: str, services: Sequence[str]):
+        self.token = token
+        self.prefixes = tuple(f"/{name}/" for name in services)
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or not details.method.startswith(self.prefixes):
+            return handler
+        metadata = {k: v for k, v in details.invocation_metadata}
+        given = metadata.get("authorization")
+        if bearer_matches(given if isinstance(given, str) else None, self.token):
+            return handler
+        return _refusing(handler)
+
+
+def _refusing(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """A handler of the same kind as ``handler`` that refuses the call."""
+
+    def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid bearer token is required")
+
+    codec = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(refuse, **codec)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(refuse, **codec)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(refuse, **codec)
+    return grpc.stream_stream_rpc_method_handler(refuse, **codec)

@@ -25,6 +25,7 @@ from protos.draft_worker_pb2_grpc import DraftWorkerStub
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
 from protos.sessions import SESSION_KEY
 from protos.target_worker_pb2_grpc import TargetWorkerStub
+from protos.tls import PLAIN, TlsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -99,16 +100,17 @@ class _GrpcWorker:
         connect_timeout_s: float | None = None,
         wait_for_ready: bool = True,
         session: str | None = None,
+        tls: TlsConfig = PLAIN,
     ):
         """Connect to the worker at ``address``, waiting up to ``connect_timeout_s``
         (default ``timeout_s``) for it to answer; without ``wait_for_ready``, an
         address that refuses the connection fails at once. The batch streams
-        carry ``session`` (``worker_base.leases``): the worker frees what they
-        hold when the session ends."""
+        carry ``session`` (``protos.sessions``): the worker frees what they
+        hold when the session ends. ``tls`` secures the channel."""
         self.address = address
         self.metadata = () if session is None else ((SESSION_KEY, session),)
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = tls.channel(address, CHANNEL_OPTIONS)
         self.stub = self.stub_class(self.channel)
         self._batch_ids = itertools.count()
         self._free_blocks = 0

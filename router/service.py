@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from functools import partial
 
 import grpc
@@ -17,7 +15,6 @@ from model_runtime.specs import RunnerSpec
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
 from protos.server import (
-    DEFAULT_GRACE_S,
     NOT_SERVING,
     SERVING,
     RunningServer,
@@ -25,6 +22,7 @@ from protos.server import (
     start_server,
 )
 from protos.sessions import new_session
+from protos.tls import PLAIN, TlsConfig
 from router.clients import DraftClient
 from router.config import EngineConfig, SpeculativeConfig
 from router.discovery import Discovery, split_addresses
@@ -32,6 +30,7 @@ from router.engine import LLMEngine
 from router.grpc_clients import GrpcDraftClient
 from router.loop import Delta, DuplicateRequestError, EngineLoop, Health
 from router.metrics import EngineCollector
+from router.service_config import RouterConfig, router_name
 from router.wire import delta_to_response, params_from_request, router_info
 from router.workers import SameTokenizer, build_remote_workers
 
@@ -132,81 +131,12 @@ def start_metrics_server(engine: LLMEngine, host: str, port: int) -> None:
     start_http_server(port, addr=host, registry=registry)
 
 
-@dataclass(frozen=True)
-class RouterConfig:
-    target_workers: str = field(
-        metadata={"help": "target worker addresses, host:port[,host:port...]"}
-    )
-    draft_workers: str | None = field(
-        default=None,
-        metadata={
-            "help": "draft worker addresses, host:port[,host:port...]; none: no speculation. "
-            "An entry dns:///NAME:PORT (a Kubernetes headless Service) is resolved again "
-            "every --discovery-interval-s and the pool follows its addresses"
-        },
-    )
-    discovery_interval_s: float = field(
-        default=10.0, metadata={"help": "seconds between lookups of dns:/// draft workers"}
-    )
-    num_speculative_tokens: int = field(default=5, metadata={"help": "drafts per round"})
-    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
-    port: int = field(default=0, metadata={"help": "port to listen on; 0 picks a free one"})
-    grace_s: float = field(
-        default=DEFAULT_GRACE_S,
-        metadata={"help": "on SIGTERM, how long streams in flight may finish"},
-    )
-    overlap: bool = field(
-        default=True,
-        metadata={"help": "keep two micro-batches in flight: draft one while verifying the other"},
-    )
-    metrics_port: int | None = field(
-        default=None, metadata={"help": "serve Prometheus metrics over HTTP on this port"}
-    )
-    max_pending_requests: int = field(
-        default=1024, metadata={"help": "requests in flight before RESOURCE_EXHAUSTED"}
-    )
-    disable_log_stats: bool = field(
-        default=False, metadata={"help": "do not log throughput and speculation statistics"}
-    )
-    log_stats_interval_s: float = field(
-        default=10.0, metadata={"help": "seconds between statistics log lines"}
-    )
-
-    @staticmethod
-    def addresses(value: str | None) -> list[str]:
-        return [a.strip() for a in (value or "").split(",") if a.strip()]
-
-    def __post_init__(self) -> None:
-        targets, target_names = split_addresses(self.addresses(self.target_workers))
-        if target_names:
-            raise ValueError(
-                "--target-workers takes host:port addresses, not dns:/// names: a target "
-                "worker holds its requests' KV, so list each one"
-            )
-        if not targets:
-            raise ValueError("--target-workers needs at least one host:port")
-        split_addresses(self.addresses(self.draft_workers))  # raises for a malformed name
-        if self.discovery_interval_s <= 0:
-            raise ValueError(f"discovery_interval_s must be > 0, got {self.discovery_interval_s}")
-        if self.max_pending_requests < 1:
-            raise ValueError(f"max_pending_requests must be >= 1, got {self.max_pending_requests}")
-        if self.num_speculative_tokens < 1:
-            raise ValueError(
-                f"num_speculative_tokens must be >= 1, got {self.num_speculative_tokens}"
-            )
-
-
-def router_name(port: int) -> str:
-    """How workers know this router across its restarts: host and port (with
-    a port picked at run time, the process: it cannot come back as itself)."""
-    return f"{socket.gethostname()}:{port}" if port else f"{socket.gethostname()}:pid{os.getpid()}"
-
-
-def serve(config: RouterConfig) -> None:
-    """Run the router until SIGTERM."""
+def serve(config: RouterConfig, tls: TlsConfig = PLAIN) -> None:
+    """Run the router until SIGTERM; ``tls`` secures both its own service and
+    its calls to the workers."""
     drafts, names = split_addresses(config.addresses(config.draft_workers))
     session = new_session(router_name(config.port))
-    engine = _engine(config, drafts, names, session)
+    engine = _engine(config, drafts, names, session, tls)
     health: list[RunningServer] = []
     if config.metrics_port is not None:
         start_metrics_server(engine, config.host, config.metrics_port)
@@ -218,7 +148,7 @@ def serve(config: RouterConfig) -> None:
             running.set_serving(now.serving)
             running.health.set(SPECULATION_HEALTH, SERVING if now.speculating else NOT_SERVING)
 
-    discovery = _discovery(engine, names, session, config.discovery_interval_s)
+    discovery = _discovery(engine, names, session, config.discovery_interval_s, tls)
     loop = EngineLoop(engine, report)
     if discovery is not None:
         discovery.on_change = loop.look_at_pools
@@ -228,6 +158,8 @@ def serve(config: RouterConfig) -> None:
         [(router_pb2_grpc.add_RouterServicer_to_server, service, SERVICE_NAME)],
         f"{config.host}:{config.port}",
         max_workers=128,
+        tls=tls,
+        token=config.router_token or os.environ.get("SPECSERVE_ROUTER_TOKEN"),
     )
     health.append(running)
     report(loop.health)
@@ -237,10 +169,13 @@ def serve(config: RouterConfig) -> None:
     loop.stop()
 
 
-def _engine(config: RouterConfig, drafts: list[str], names: list[str], session: str) -> LLMEngine:
+def _engine(
+    config: RouterConfig, drafts: list[str], names: list[str], session: str, tls: TlsConfig
+) -> LLMEngine:
     """The engine over the workers ``config`` lists (their clients carry ``session``)."""
     k = config.num_speculative_tokens if drafts or names else 0
-    workers = build_remote_workers(config.addresses(config.target_workers), drafts, session)
+    targets = config.addresses(config.target_workers)
+    workers = build_remote_workers(targets, drafts, session, tls)
     spec = None
     if k:  # the model is a draft worker's; found later when only names are given
         spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
@@ -257,7 +192,7 @@ def _engine(config: RouterConfig, drafts: list[str], names: list[str], session: 
 
 
 def _discovery(
-    engine: LLMEngine, names: list[str], session: str, interval_s: float
+    engine: LLMEngine, names: list[str], session: str, interval_s: float, tls: TlsConfig
 ) -> Discovery[DraftClient] | None:
     """Discovery of the draft workers behind ``names`` (None without names),
     after a first lookup, so the first requests already speculate."""
@@ -268,6 +203,7 @@ def _discovery(
         connect_timeout_s=DISCOVERY_CONNECT_S,
         wait_for_ready=False,
         session=session,
+        tls=tls,
     )
     same_tokenizer = SameTokenizer(engine.workers.tokenizer, engine.config.model)
     discovery = Discovery(engine.drafts, names, connect, same_tokenizer, interval_s)

@@ -14,6 +14,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from model_runtime.resolve import resolve_model
 from protos.messages import WorkerInfo
+from protos.tls import PLAIN, TlsConfig
 from router.clients import DraftClient, TargetClient
 from router.grpc_clients import GrpcDraftClient, GrpcTargetClient
 
@@ -62,7 +63,10 @@ class SameTokenizer:
 
 
 def build_remote_workers(
-    target_addresses: list[str], draft_addresses: list[str], session: str | None = None
+    target_addresses: list[str],
+    draft_addresses: list[str],
+    session: str | None = None,
+    tls: TlsConfig = PLAIN,
 ) -> Workers:
     """Clients of worker pools running elsewhere; the tokenizer is the target model's.
 
@@ -72,8 +76,8 @@ def build_remote_workers(
     """
     if not target_addresses:
         raise ValueError("at least one target worker address is needed")
-    targets = [GrpcTargetClient(a, session=session) for a in target_addresses]
-    drafts = [GrpcDraftClient(a, session=session) for a in draft_addresses]
+    targets = [GrpcTargetClient(a, session=session, tls=tls) for a in target_addresses]
+    drafts = [GrpcDraftClient(a, session=session, tls=tls) for a in draft_addresses]
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(targets[0].info.model))
     infos = [t.info for t in targets] + [d.info for d in drafts]
     same_tokenizer = SameTokenizer(tokenizer, targets[0].info.model)

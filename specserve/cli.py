@@ -14,7 +14,8 @@ from draft_worker.worker import DraftWorkerConfig
 from model_runtime.errors import CheckpointError, UnsupportedModelError
 from model_runtime.executors import PlacementError
 from model_runtime.specs import ParallelConfig, RunnerSpec
-from router.service import RouterConfig
+from protos.tls import TlsConfig
+from router.service_config import RouterConfig
 from specserve.arguments import add_config_arguments, config_from_args
 from specserve.commands.generate import GenerateConfig, generate
 from specserve.commands.serve import ServeConfig
@@ -35,7 +36,7 @@ def _run_generate(args: argparse.Namespace) -> int:
 def _run_worker(serve: Callable[..., None], worker_config: type, args: argparse.Namespace) -> int:
     """A draft or target worker service: where it listens, its runner, the
     worker's own config and its ranks, all from the flags."""
-    configs = (ServerConfig, RunnerSpec, worker_config, ParallelConfig)
+    configs = (ServerConfig, RunnerSpec, worker_config, ParallelConfig, TlsConfig)
     serve(*(config_from_args(c, args) for c in configs))
     return 0
 
@@ -50,14 +51,18 @@ def _run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    serve(config_from_args(ServeConfig, args), config_from_args(ParallelConfig, args))
+    serve(
+        config_from_args(ServeConfig, args),
+        config_from_args(ParallelConfig, args),
+        config_from_args(TlsConfig, args),
+    )
     return 0
 
 
 def _run_router(args: argparse.Namespace) -> int:
     from router.service import serve
 
-    serve(config_from_args(RouterConfig, args))
+    serve(config_from_args(RouterConfig, args), config_from_args(TlsConfig, args))
     return 0
 
 
@@ -76,14 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
         ("target-worker", "a target", target_service.serve, TargetWorkerConfig),
     ):
         worker = commands.add_parser(name, help=f"serve {what} model over gRPC")
-        for config in (RunnerSpec, ServerConfig, worker_config, ParallelConfig):
-            add_config_arguments(worker, config, skip={"use_triton"})
+        for worker_part in (RunnerSpec, ServerConfig, worker_config, ParallelConfig, TlsConfig):
+            add_config_arguments(worker, worker_part, skip={"use_triton"})
         worker.set_defaults(run=partial(_run_worker, serve, worker_config))
     serve_parser = commands.add_parser(
         "serve", help="serve a model (and its draft) behind an OpenAI-compatible HTTP API"
     )
-    add_config_arguments(serve_parser, ServeConfig)
-    add_config_arguments(serve_parser, ParallelConfig)
+    for serve_part in (ServeConfig, ParallelConfig, TlsConfig):
+        add_config_arguments(serve_parser, serve_part)
     for old in ("speculative_model", "num_speculative_tokens"):
         serve_parser.add_argument(
             f"--{old}",
@@ -96,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.set_defaults(run=_run_serve)
 
     router = commands.add_parser("router", help="serve the gRPC Router in front of workers")
-    add_config_arguments(router, RouterConfig)
+    for router_part in (RouterConfig, TlsConfig):
+        add_config_arguments(router, router_part)
     router.set_defaults(run=_run_router)
     return parser
 

@@ -14,6 +14,7 @@ from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos import convert, target_worker_pb2_grpc
 from protos import target_worker_pb2 as tpb
 from protos.messages import VerifyOutput
+from protos.tls import PLAIN, TlsConfig
 from target_worker.tensor_parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
 from worker_base.serve import ServerConfig, serve_worker, start_worker
@@ -70,7 +71,11 @@ def build_target_worker(
 
 
 def serve(
-    server: ServerConfig, runner: RunnerSpec, target: TargetWorkerConfig, parallel: ParallelConfig
+    server: ServerConfig,
+    runner: RunnerSpec,
+    target: TargetWorkerConfig,
+    parallel: ParallelConfig,
+    tls: TlsConfig = PLAIN,
 ) -> None:
     """Run a target worker until SIGTERM."""
     serve_worker(
@@ -80,4 +85,5 @@ def serve(
         SERVICE_NAME,
         server,
         "target worker",
+        tls,
     )

@@ -28,7 +28,7 @@ from dockerfile_parse import DockerfileParser
 from specserve.cli import build_parser
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
-OVERLAYS = ["qwen3-8b", "cpu-demo"]
+OVERLAYS = ["qwen3-8b", "cpu-demo", "qwen3-8b-tls"]
 KUBERNETES_VERSION = "1.32.0"
 
 
@@ -129,10 +129,11 @@ def test_every_command_parses_with_the_cli_and_probes_its_port(
         assert port in [p["containerPort"] for p in container["ports"]], owner
         for probe in ("readinessProbe", "livenessProbe"):
             check = container[probe]
+            if "exec" in check:  # python -m protos.health_check HOST:PORT, over TLS
+                assert f"127.0.0.1:{port}" in check["exec"]["command"], (owner, probe)
+                continue
             probed = check["grpc"]["port"] if "grpc" in check else check["httpGet"]["port"]
-            assert probed == port, (
-                f"{owner}: {probe} checks {probed}, the service listens on {port}"
-            )
+            assert probed == port, f"{owner}: {probe} checks {probed}, listens on {port}"
     assert seen == {"serve", "router", "draft-worker", "target-worker"}
 
 

@@ -22,7 +22,7 @@ from router.engine import LLMEngine
 from router.grpc_clients import GrpcDraftClient
 from router.params import SamplingParams
 from router.sequence import SequenceState
-from router.service import RouterConfig
+from router.service_config import RouterConfig
 from router.workers import SameTokenizer, build_remote_workers
 from specserve.launch import free_port, service
 from tests.test_grpc_failures import speculation_health

@@ -17,6 +17,7 @@ from model_runtime.executors import RankExecutor, start_executor
 from model_runtime.runner import ModelRunner
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos.server import DEFAULT_GRACE_S, RunningServer, serve_until_signalled, start_server
+from protos.tls import PLAIN, TlsConfig
 from worker_base.executor_worker import ExecutorWorker
 from worker_base.servicer import DEFAULT_LEASE_TTL_S, ServedWorker, WorkerServicer
 
@@ -78,6 +79,7 @@ def serve_worker(
     service_name: str,
     server: ServerConfig,
     kind: str,
+    tls: TlsConfig = PLAIN,
 ) -> None:
     """Serve ``worker`` (a ``kind``, such as "draft worker") through its
     ``servicer`` class, the gRPC service ``service_name``, until SIGTERM; a
@@ -95,7 +97,8 @@ def serve_worker(
 
     try:
         servicing = servicer(worker, lost, server.lease_ttl_s)
-        running = start_server([(add_to_server, servicing, service_name)], server.address)
+        binding = (add_to_server, servicing, service_name)
+        running = start_server([binding], server.address, tls=tls)
         health.append(running)
         ready = f"{kind} ready on {server.host}:{{port}}"
         serve_until_signalled(running, server.grace_s, ready, servicing.idle)

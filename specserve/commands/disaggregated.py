@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
+from protos.tls import PLAIN, TlsConfig
 from router.config import EngineConfig
 from specserve.launch import ServiceProcess
 from specserve.local_workers import draft_length
@@ -42,24 +43,28 @@ def worker_flags(
     return flags
 
 
-def router_flags(engine: EngineConfig) -> list[str]:
+def router_flags(engine: EngineConfig, token: str | None) -> list[str]:
     flags = ["router", "--host", "127.0.0.1"]
+    flags += [] if token is None else ["--router-token", token]
     if engine.log_stats_interval_s is None:
         return [*flags, "--disable-log-stats"]
     return [*flags, "--log-stats-interval-s", str(engine.log_stats_interval_s)]
 
 
-def start_processes(engine: EngineConfig, stack: ExitStack) -> str:
+def start_processes(
+    engine: EngineConfig, stack: ExitStack, tls: TlsConfig = PLAIN, token: str | None = None
+) -> str:
     """Start the worker and router processes of ``engine`` on loopback (stopped when
-    ``stack`` closes, router first); return the router's address."""
+    ``stack`` closes, router first), secured by ``tls`` (and the router's API by
+    ``token``); return the router's address."""
 
     def start(command: str, flags: list[str]) -> str:
-        process = ServiceProcess(command, *flags, echo_prefix=command)
+        process = ServiceProcess(command, *flags, *tls.flags(), echo_prefix=command)
         stack.callback(process.stop)
         return process.wait_ready()
 
     spec, length = engine.speculative, engine.requested_max_model_len
-    router_args, workers = router_flags(engine), []
+    router_args, workers = [*router_flags(engine, token), *tls.flags()], []
     if spec is not None:
         draft_len = draft_length(length, spec.model, spec.revision)
         draft = start(

@@ -26,6 +26,7 @@ from gateway.router_backend import RouterBackend
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos.server import DEFAULT_GRACE_S, catch_termination
+from protos.tls import PLAIN, TlsConfig
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import EngineLoop
@@ -64,6 +65,16 @@ class ServeConfig:
     )
     api_key: str | None = field(
         default=None, metadata={"help": "require this bearer key (or set SPECSERVE_API_KEY)"}
+    )
+    protect_metrics: bool = field(
+        default=False, metadata={"help": "with an API key, /metrics requires it too"}
+    )
+    router_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "the bearer token the Router API requires (or set SPECSERVE_ROUTER_TOKEN); "
+            "with --disaggregated, the router is started requiring it"
+        },
     )
     dtype: str = flag_of(RunnerSpec, "dtype")
     device: str = flag_of(RunnerSpec, "device")
@@ -152,43 +163,49 @@ def deprecated_flags_message(speculative_model: str | None, num_tokens: int | No
     )
 
 
-def serve(config: ServeConfig, parallel: ParallelConfig) -> None:
-    """Serve the gateway until SIGTERM, over the backend ``config`` asks for."""
+def serve(config: ServeConfig, parallel: ParallelConfig, tls: TlsConfig = PLAIN) -> None:
+    """Serve the gateway until SIGTERM, over the backend ``config`` asks for
+    (``tls`` secures the gRPC between its processes)."""
     with ExitStack() as stack:
-        backend, default_name = _backend(config, parallel, stack)
+        backend, default_name = _backend(config, parallel, tls, stack)
         stack.callback(backend.close)
-        api_key = config.api_key or os.environ.get("SPECSERVE_API_KEY")
-        name = config.served_model_name or default_name
-        _run_http(config, _app(backend, name, api_key, config.max_request_body_bytes))
+        _run_http(config, _app(config, backend, config.served_model_name or default_name))
 
 
 def _backend(
-    config: ServeConfig, parallel: ParallelConfig, stack: ExitStack
+    config: ServeConfig, parallel: ParallelConfig, tls: TlsConfig, stack: ExitStack
 ) -> tuple[Backend, str | None]:
     """The backend of ``config``'s shape, and the model name it serves by default
     (None: the one the router reports)."""
+    token = config.router_token or os.environ.get("SPECSERVE_ROUTER_TOKEN")
     if config.router is not None:
-        remote = RouterBackend(config.router, config.tokenizer)
+        remote = RouterBackend(config.router, config.tokenizer, tls, token)
         if not remote.wait_for_router(ROUTER_WAIT_S):
             logger.warning("%s; serving 503s until it does", remote.unready())
         return remote, config.model
     engine_config = config.engine_config(parallel)
     if config.disaggregated:
-        remote = RouterBackend(start_processes(engine_config, stack))
+        address = start_processes(engine_config, stack, tls, token)
+        remote = RouterBackend(address, tls=tls, token=token)
         remote.wait_for_router(ROUTER_WAIT_S)
         return remote, engine_config.model
     engine = LLMEngine(engine_config, build_local_workers(engine_config))
     return LocalBackend(EngineLoop(engine), config.max_pending_requests), engine_config.model
 
 
-def _app(
-    backend: Backend, served_model_name: str | None, api_key: str | None, body_bytes: int
-) -> Any:
+def _app(config: ServeConfig, backend: Backend, served_model_name: str | None) -> Any:
     # The HTTP stack is imported here, not above: the worker and router
     # commands share this CLI (and its parser imports this module) without it.
     from gateway.app import build_app
 
-    return build_app(backend, served_model_name, api_key, body_bytes)
+    api_key = config.api_key or os.environ.get("SPECSERVE_API_KEY")
+    return build_app(
+        backend,
+        served_model_name,
+        api_key,
+        config.max_request_body_bytes,
+        protect_metrics=config.protect_metrics,
+    )
 
 
 def _run_http(config: ServeConfig, app: Any) -> None:
