@@ -108,3 +108,32 @@ def test_a_router_without_a_reachable_target_is_not_serving_and_says_so() -> Non
                 assert wait_until(lambda: complete(base)[0] == 200)
     finally:
         target_cm.__exit__(None, None, None)
+
+
+def speculation(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        request = health_pb2.HealthCheckRequest(service="specserve.v1.Router/speculation")
+        return int(health_pb2_grpc.HealthStub(channel).Check(request, timeout=10).status)
+
+
+def test_an_idle_router_follows_its_draft_worker_leaving_and_coming_back() -> None:
+    draft_port = free_port()
+    with service("target-worker", "--model", "specserve/demo-target", *ARGS) as (target, _):
+        draft_cm = service(
+            "draft-worker", "--model", "specserve/demo-draft", *ARGS, port=draft_port
+        )
+        draft, draft_process = draft_cm.__enter__()
+        try:
+            flags = ("--target-workers", target, "--draft-workers", draft)
+            with service("router", *flags) as (router, _):
+                assert speculation(router) == HEALTHY
+                draft_process.send_signal(signal.SIGKILL)
+                draft_process.wait()
+                # No request runs: the router probes its workers by itself.
+                assert wait_until(lambda: speculation(router) != HEALTHY, 20)
+                with service(
+                    "draft-worker", "--model", "specserve/demo-draft", *ARGS, port=draft_port
+                ):
+                    assert wait_until(lambda: speculation(router) == HEALTHY, 20)
+        finally:
+            draft_cm.__exit__(None, None, None)
