@@ -108,7 +108,9 @@ class ReleaseRequest(_message.Message):
     def __init__(self, seq_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
-    __slots__ = ("num_released",)
+    __slots__ = ("num_released", "num_free_blocks")
     NUM_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    NUM_FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     num_released: int
-    def __init__(self, num_released: _Optional[int] = ...) -> None: ...
+    num_free_blocks: int
+    def __init__(self, num_released: _Optional[int] = ..., num_free_blocks: _Optional[int] = ...) -> None: ...

@@ -29,6 +29,21 @@ ServiceBinding = tuple[Callable[[Any, grpc.Server], None], object, str]
 # grace (the manifests give pods a little more).
 DEFAULT_GRACE_S = 30.0
 
+# A health name every server reports SERVING for as long as it runs: for
+# liveness probes, which must not restart a router only because its targets
+# are away (readiness checks the overall status, which says that).
+ALIVE = "specserve.alive"
+
+# Pings on idle connections, both ways: a peer gone without a goodbye breaks
+# its streams within about 15 s (a worker then frees what a lost router held).
+KEEPALIVE_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+]
+
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -77,7 +92,9 @@ def start_server(
     names = tuple(name for _, _, name in services)
     interceptors: list[grpc.ServerInterceptor] = [BearerToken(token, names)] if token else []
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers), interceptors=interceptors
+        futures.ThreadPoolExecutor(max_workers=max_workers),
+        interceptors=interceptors,
+        options=KEEPALIVE_OPTIONS,
     )
     for add, servicer, _ in services:
         add(servicer, server)
@@ -101,6 +118,7 @@ def start_server(
     server.start()
     running = RunningServer(server, port, health_servicer, names)
     running.set_serving(serving)
+    health_servicer.set(ALIVE, SERVING)
     return running
 
 

@@ -46,8 +46,7 @@ logger = logging.getLogger(__name__)
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, workers: Workers):
-        """An engine over ``workers`` (in-process workers or gRPC clients: the
-        caller builds them; ``specserve`` assembles in-process ones)."""
+        """An engine over ``workers``: in-process ones or gRPC clients, built by the caller."""
         self.config = config
         self.workers = workers
         self.tokenizer = self.workers.tokenizer
@@ -59,13 +58,9 @@ class LLMEngine:
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
         self._turn = 0  # the micro-batch to verify next, with overlap
-        limits = [i.max_num_batched_tokens for i in self.targets.infos if i.max_num_batched_tokens]
-        self.scheduler = Scheduler(
-            workers.block_size,
-            self.k,
-            self.max_model_len,
-            config.runner.max_num_seqs,
-            min(limits, default=None),
+        max_seqs = config.runner.max_num_seqs
+        self.scheduler = Scheduler.within(
+            self.targets.infos, workers.block_size, self.k, self.max_model_len, max_seqs
         )
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
@@ -147,12 +142,20 @@ class LLMEngine:
             self._fail(list(self.waiting), "no target worker is reachable", finished)
             self.waiting.clear()
         else:
+            self.verifier.release_abandoned(targets)
             self._admit(targets, finished)
             self._make_room()
+            if self.stalled:  # nothing runs: the free counts may be old news
+                self.verifier.refresh_room(targets)
         if self.running:
             self._round(finished)
         self.stats_log.maybe_log(len(self.running), len(self.waiting))
         return finished
+
+    @property
+    def stalled(self) -> bool:
+        """Requests wait and none runs (the loop then waits a little between steps)."""
+        return bool(self.waiting) and not self.running
 
     def _admit(self, targets: list[int], finished: list[SequenceState]) -> None:
         free = {t: self.workers.targets[t].num_free_blocks for t in targets}
@@ -175,7 +178,8 @@ class LLMEngine:
                 self.waiting.appendleft(seq)
                 continue
             if not out.status.ok:
-                raise RuntimeError(f"prefill of sequence {seq.seq_id} failed: {out.status}")
+                self._fail([seq], f"the target worker refused it: {out.status.message}", finished)
+                continue
             seq.target_cached = seq.num_tokens
             if seq.prompt_logprobs is None and seq.options.prompt_logprobs is not None:
                 seq.prompt_logprobs = out.prompt_logprobs
@@ -235,8 +239,9 @@ class LLMEngine:
         if out.status.code in (StatusCode.NOT_FOUND, StatusCode.RESOURCE_EXHAUSTED):
             self._requeue(seq)
             return
-        if not out.status.ok:
-            raise RuntimeError(f"verify of sequence {seq.seq_id} failed: {out.status}")
+        if not out.status.ok:  # only this sequence fails
+            self._fail([seq], f"the target worker refused it: {out.status.message}", finished)
+            return
         before, k = seq.num_tokens, len(req.draft_token_ids)
         seq.target_cached = before + out.num_accepted_drafts
         if drafted:
@@ -267,6 +272,7 @@ class LLMEngine:
         re-prefilled from their tokens on another target (their draft KV stays)."""
         for seq in seqs:
             self.running.remove(seq)
+            self.verifier.abandon(seq.target_worker, [seq.seq_id])
             seq.target_worker, seq.target_cached = -1, 0
         self.waiting.extendleft(reversed(seqs))
         logger.warning("%d sequences move to another target worker", len(seqs))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from model_runtime.errors import WorkerUnavailableError
 from protos import common_pb2 as pb
@@ -23,6 +24,7 @@ from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
 from protos.draft_worker_pb2_grpc import DraftWorkerStub
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from protos.server import KEEPALIVE_OPTIONS
 from protos.sessions import SESSION_KEY
 from protos.target_worker_pb2_grpc import TargetWorkerStub
 from protos.tls import PLAIN, TlsConfig
@@ -34,6 +36,9 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A peer that vanishes without closing its connection (a node lost, a
+    # partition) is noticed within about 15 s, its streams broken.
+    *KEEPALIVE_OPTIONS,
 ]
 
 
@@ -112,6 +117,7 @@ class _GrpcWorker:
         self.timeout_s = timeout_s
         self.channel = tls.channel(address, CHANNEL_OPTIONS)
         self.stub = self.stub_class(self.channel)
+        self._health = health_pb2_grpc.HealthStub(self.channel)
         self._batch_ids = itertools.count()
         self._free_blocks = 0
         try:
@@ -145,12 +151,15 @@ class _GrpcWorker:
         return self._free_blocks
 
     def probe(self, timeout_s: float) -> bool:
-        """Whether the worker answers within ``timeout_s`` (waiting for a reconnect)."""
+        """Whether the worker says it serves within ``timeout_s`` (waiting for a
+        reconnect). Its health service answers at once even while a batch runs,
+        so a busy worker is never taken for a lost one."""
+        request = health_pb2.HealthCheckRequest()
         try:
-            self._describe(wait_for_ready=True, timeout_s=timeout_s)
-        except WorkerUnavailableError:
+            reply = self._health.Check(request, timeout=timeout_s, wait_for_ready=True)
+        except (grpc.RpcError, ValueError):
             return False
-        return True
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
     def release(self, seq_ids: Sequence[int]) -> int:
         """Best effort: a worker that is gone has nothing left to free."""
@@ -161,6 +170,7 @@ class _GrpcWorker:
         except (grpc.RpcError, ValueError) as e:
             logger.warning("release on %s failed: %s", self.address, _reason(e))
             return 0
+        self._free_blocks = reply.num_free_blocks  # admission reads it next
         return int(reply.num_released)
 
 

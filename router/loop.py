@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 # How often an idle loop looks at its workers (health follows them meanwhile).
 IDLE_CHECK_S = 1.0
+# How long a loop whose requests all wait for KV room waits between steps.
+STALLED_WAIT_S = 0.05
 
 
 @dataclass
@@ -190,9 +192,12 @@ class EngineLoop:
         something); False when idle and nothing came."""
         idle = not self.engine.has_unfinished()
         try:
-            command = (
-                self._commands.get(timeout=IDLE_CHECK_S) if idle else self._commands.get_nowait()
-            )
+            if idle:
+                command = self._commands.get(timeout=IDLE_CHECK_S)
+            elif self.engine.stalled:  # nothing can run until KV frees: don't spin
+                command = self._commands.get(timeout=STALLED_WAIT_S)
+            else:
+                command = self._commands.get_nowait()
         except queue.Empty:
             return not idle
         while True:

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from model_runtime.kv_cache import blocks_for
+from protos.messages import WorkerInfo
 from router.sequence import SequenceState
 
 
@@ -37,6 +38,23 @@ class Scheduler:
         self.max_batched_tokens = max_batched_tokens
         self.waiting: deque[SequenceState] = deque()
         self.running: list[SequenceState] = []
+
+    @classmethod
+    def within(
+        cls,
+        infos: Iterable[WorkerInfo],
+        block_size: int,
+        k: int,
+        max_model_len: int,
+        max_num_seqs: int,
+    ) -> Scheduler:
+        """A scheduler whose batches every target worker in ``infos`` takes in one call."""
+        infos = list(infos)
+        tokens = [i.max_num_batched_tokens for i in infos if i.max_num_batched_tokens]
+        seqs = [i.max_num_seqs for i in infos if i.max_num_seqs]
+        return cls(
+            block_size, k, max_model_len, min([max_num_seqs, *seqs]), min(tokens, default=None)
+        )
 
     def on(self, target: int) -> list[SequenceState]:
         """The running sequences whose KV lives on ``target``, oldest first."""

@@ -5,10 +5,16 @@ sequences by their target worker and sends each worker one batch; with more
 than one worker the calls run at the same time. Each request carries the
 tokens the worker lacks and the drafts, cut so that no sequence ever grows
 past max_model_len.
+
+The verifier also keeps what the engine left behind on targets: the sequences
+moved off a target that was lost are released there when it comes back, and
+while nothing runs it asks the targets for their free blocks again (a gRPC
+worker's count is otherwise only what its last reply said).
 """
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -18,6 +24,8 @@ from router.clients import TargetClient
 from router.drafting import Draft
 from router.pool import WorkerPool
 from router.sequence import SequenceState
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,6 +44,7 @@ class Verifier:
         self.pool = pool
         self.max_model_len = max_model_len
         self._calls = ThreadPoolExecutor(max(1, len(pool)), "verify")
+        self._abandoned: dict[int, list[int]] = {}  # target -> sequences moved off it
 
     def verify(self, seqs: list[SequenceState], drafts: dict[int, Draft]) -> list[Verified]:
         """Verify every sequence (with its drafts, if any) on its target worker."""
@@ -80,6 +89,30 @@ class Verifier:
             return self.pool.workers[share.target].verify(share.requests)
         except WorkerUnavailableError as e:
             return e
+
+    def abandon(self, target: int, seq_ids: list[int]) -> None:
+        """Remember sequences that moved off the lost ``target``, to free them there."""
+        self._abandoned.setdefault(target, []).extend(seq_ids)
+
+    def release_abandoned(self, targets: list[int]) -> None:
+        """Free on each of ``targets`` (all up) what moved off it while it was lost."""
+        for target in targets:
+            seq_ids = self._abandoned.pop(target, [])
+            if not seq_ids:
+                continue
+            try:
+                self.pool.workers[target].release(seq_ids)
+            except WorkerUnavailableError as e:
+                self._abandoned[target] = seq_ids
+                logger.warning("could not release on target worker %d: %s", target, e)
+
+    def refresh_room(self, targets: list[int]) -> None:
+        """Ask each of ``targets`` for its free blocks now."""
+        for target in targets:
+            try:
+                self.pool.workers[target].describe()
+            except WorkerUnavailableError as e:
+                self.pool.lose(target, e)
 
     def close(self) -> None:
         self._calls.shutdown(wait=True)

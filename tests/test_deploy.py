@@ -25,6 +25,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from protos.server import ALIVE
 from specserve.cli import build_parser
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
@@ -131,9 +132,12 @@ def test_every_command_parses_with_the_cli_and_probes_its_port(
             check = container[probe]
             if "exec" in check:  # python -m protos.health_check HOST:PORT, over TLS
                 assert f"127.0.0.1:{port}" in check["exec"]["command"], (owner, probe)
+                assert (ALIVE in check["exec"]["command"]) == (probe == "livenessProbe"), owner
                 continue
             probed = check["grpc"]["port"] if "grpc" in check else check["httpGet"]["port"]
             assert probed == port, f"{owner}: {probe} checks {probed}, listens on {port}"
+            if probe == "livenessProbe" and "grpc" in check:  # not restarted for a lost peer
+                assert check["grpc"].get("service") == ALIVE, owner
     assert seen == {"serve", "router", "draft-worker", "target-worker"}
 
 

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import router_pb2 as rpb
 from protos.router_pb2_grpc import RouterStub
+from protos.server import ALIVE
 from specserve.launch import free_port, service
 
 HEALTHY = health_pb2.HealthCheckResponse.SERVING
@@ -43,10 +44,10 @@ def complete(base: str) -> tuple[int, dict]:
         return e.code, json.loads(e.read())
 
 
-def router_health(address: str) -> int:
+def router_health(address: str, service: str = "") -> int:
     with grpc.insecure_channel(address) as channel:
         check = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(), timeout=10
+            health_pb2.HealthCheckRequest(service=service), timeout=10
         )
         return int(check.status)
 
@@ -96,6 +97,9 @@ def test_a_router_without_a_reachable_target_is_not_serving_and_says_so() -> Non
             # Idle, the router notices by itself; its health and the gateway's follow.
             assert wait_until(lambda: router_health(router) != HEALTHY)
             assert wait_until(lambda: get(f"{base}/health")[0] == 503)
+            # Both are still alive (what liveness probes ask): nothing should restart them.
+            assert router_health(router, ALIVE) == HEALTHY
+            assert get(f"{base}/version")[0] == 200
             with grpc.insecure_channel(router) as channel:  # it still describes itself
                 info = RouterStub(channel).Describe(rpb.DescribeRouterRequest(), timeout=10)
                 assert info.model == "specserve/demo-target"

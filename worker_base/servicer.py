@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 # How long a departed router's sequences are kept before they are freed.
 DEFAULT_LEASE_TTL_S = 30.0
+# A worker with no batch for this long is idle (it may stop at once).
+IDLE_AFTER_S = 2.0
 
 Batch = TypeVar("Batch")
 Outputs = TypeVar("Outputs")
@@ -67,6 +69,7 @@ class WorkerServicer:
         self.lock = threading.Lock()
         self.on_unavailable = on_unavailable
         self.leases = Leases(lease_ttl_s)
+        self._last_batch_at = 0.0
         self._janitor = threading.Thread(target=self._reclaim_forever, name="leases", daemon=True)
         self._janitor.start()
 
@@ -75,7 +78,10 @@ class WorkerServicer:
         interval = min(1.0, self.leases.ttl_s / 4)
         while True:
             time.sleep(interval)
-            self.free(self.leases.lapsed(), "its router is gone")
+            try:
+                self.free(self.leases.lapsed(), "its router is gone")
+            except Exception:  # never let one bad pass end reclaiming
+                logger.exception("reclaiming lapsed leases failed; trying again")
 
     def free(self, seq_ids: list[int], why: str) -> None:
         """Release sequences no one owns any more (best effort)."""
@@ -93,13 +99,16 @@ class WorkerServicer:
         given = dict(context.invocation_metadata()).get(SESSION_KEY)
         session, orphans = self.leases.opened(given if isinstance(given, str) else None)
         self.free(orphans, "its router started again")
-        context.add_callback(lambda: self.leases.closed(session))
+        if not context.add_callback(lambda: self.leases.closed(session)):
+            self.leases.closed(session)  # the stream has already ended
         return session
 
     def idle(self) -> bool:
-        """Whether no batch is running now (a draining worker may then end its
-        streams: the router moves their sequences elsewhere)."""
-        return not self.lock.locked()
+        """Whether no batch has run for IDLE_AFTER_S (a draining worker may then
+        end its streams: the router moves their sequences elsewhere). A worker
+        under load is never idle, so its requests get the whole grace."""
+        quiet = time.monotonic() - self._last_batch_at >= IDLE_AFTER_S
+        return quiet and not self.lock.locked()
 
     def unavailable(self, context: grpc.ServicerContext, error: WorkerUnavailableError) -> None:
         if self.on_unavailable is not None:
@@ -126,6 +135,7 @@ class WorkerServicer:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             self.leases.hold(session, (m.tokens.seq_id for m in cast(Any, batch).sequences))
             with self.lock:
+                self._last_batch_at = time.monotonic()
                 try:
                     outputs, free = call(), self.worker.num_free_blocks
                 except WorkerUnavailableError as e:
@@ -143,7 +153,8 @@ class WorkerServicer:
             except WorkerUnavailableError as e:
                 self.unavailable(context, e)
                 raise
-            return pb.ReleaseResponse(num_released=released)
+            free = self.worker.num_free_blocks
+            return pb.ReleaseResponse(num_released=released, num_free_blocks=free)
 
     def Describe(self, request: pb.DescribeRequest, context: grpc.ServicerContext) -> pb.WorkerInfo:
         with self.lock:

@@ -43,9 +43,8 @@ def worker_flags(
     return flags
 
 
-def router_flags(engine: EngineConfig, token: str | None) -> list[str]:
+def router_flags(engine: EngineConfig) -> list[str]:
     flags = ["router", "--host", "127.0.0.1"]
-    flags += [] if token is None else ["--router-token", token]
     if engine.log_stats_interval_s is None:
         return [*flags, "--disable-log-stats"]
     return [*flags, "--log-stats-interval-s", str(engine.log_stats_interval_s)]
@@ -64,7 +63,7 @@ def start_processes(
         return process.wait_ready()
 
     spec, length = engine.speculative, engine.requested_max_model_len
-    router_args, workers = [*router_flags(engine, token), *tls.flags()], []
+    router_args, workers = [*router_flags(engine), *tls.flags()], []
     if spec is not None:
         draft_len = draft_length(length, spec.model, spec.revision)
         draft = start(
@@ -93,7 +92,9 @@ def start_processes(
             runner.gpu_memory_utilization,
         ),
     )
-    router = ServiceProcess(*router_args, "--target-workers", target, echo_prefix="router")
+    # The token travels in the environment: a command line is visible to every user.
+    env = None if token is None else {"SPECSERVE_ROUTER_TOKEN": token}
+    router = ServiceProcess(*router_args, "--target-workers", target, echo_prefix="router", env=env)
     stack.callback(router.stop)
     address = router.wait_ready()
     print(", ".join([f"router on {address}, target worker on {target}", *workers]), flush=True)
