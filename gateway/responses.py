@@ -34,7 +34,8 @@ class Drain:
         self.cut_at: float | None = None
 
     def start(self, grace_s: float) -> None:
-        self.cut_at = time.monotonic() + max(grace_s - 1.0, grace_s / 2)
+        if self.cut_at is None:  # a second signal does not move the cut
+            self.cut_at = time.monotonic() + max(grace_s - 1.0, grace_s / 2)
 
     def cut(self) -> bool:
         return self.cut_at is not None and time.monotonic() >= self.cut_at

@@ -174,6 +174,10 @@ class RouterBackend:
             except (OSError, ValueError) as e:  # the router's model has no tokenizer here
                 self._why_not = f"cannot load the tokenizer of the router's model: {e}"
                 delay = RECONNECT_MAX_S
+            except Exception as e:  # the monitor must outlive any surprise
+                logger.exception("checking the router at %s failed", self.address)
+                self._why_not = f"checking the router at {self.address} failed: {e}"
+                delay = RECONNECT_MAX_S
             self._closed.wait(delay)
 
     def _describe(self) -> rpb.RouterInfo:

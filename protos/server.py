@@ -29,9 +29,10 @@ ServiceBinding = tuple[Callable[[Any, grpc.Server], None], object, str]
 # grace (the manifests give pods a little more).
 DEFAULT_GRACE_S = 30.0
 
-# A health name every server reports SERVING for as long as it runs: for
-# liveness probes, which must not restart a router only because its targets
-# are away (readiness checks the overall status, which says that).
+# A health name every server reports SERVING for as long as it runs and can
+# recover: for liveness probes, which must not restart a router only because
+# its targets are away (readiness checks the overall status, which says that).
+# A worker whose tensor-parallel rank died reports it NOT_SERVING (``fail``).
 ALIVE = "specserve.alive"
 
 # Pings on idle connections, both ways: a peer gone without a goodbye breaks
@@ -61,6 +62,12 @@ class RunningServer:
         status = SERVING if serving else NOT_SERVING
         for name in ("", *self.service_names):
             self.health.set(name, status)
+
+    def fail(self) -> None:
+        """Report the process broken for good: NOT_SERVING everywhere, liveness
+        included, so that whatever runs it restarts it."""
+        self.set_serving(False)
+        self.health.set(ALIVE, NOT_SERVING)
 
     def stop(self, grace_s: float, idle: Callable[[], bool] | None = None) -> None:
         """Report NOT_SERVING, then stop, letting calls in flight finish for

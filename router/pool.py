@@ -104,8 +104,8 @@ class WorkerPool(Generic[W]):
         return any(self.is_up(i) for i in range(len(self.workers)))
 
     def check(self, timeout_s: float = IDLE_PROBE_S) -> None:
-        """Probe every member (lost ones too): a member that does not answer
-        within ``timeout_s`` is lost. For an idle engine, so that health
+        """Probe every member that is up (``up`` retries the lost ones): a
+        member that does not answer within ``timeout_s`` is lost. For an idle engine, so that health
         follows workers without traffic."""
         for index in self.up():
             if not self.workers[index].probe(timeout_s):

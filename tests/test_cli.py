@@ -100,6 +100,12 @@ def test_serve_refuses_the_deprecated_flags_and_shows_the_replacement() -> None:
     )
 
 
+def test_serve_refuses_to_protect_metrics_without_an_api_key() -> None:
+    result = specserve("serve", "--protect-metrics", env={"SPECSERVE_API_KEY": ""})
+    assert result.returncode == 2
+    assert "--protect-metrics needs an API key" in result.stderr
+
+
 def test_generate_with_speculation_prints_the_same_greedy_text() -> None:
     spec = '{"model": "specserve/demo-draft", "num_speculative_tokens": 4}'
     plain = specserve("generate", PROMPT, "--max-tokens", "24", "--dtype", "float32")

@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import common_pb2, router_pb2, router_pb2_grpc
+from protos.server import ALIVE
 from specserve import LLM, SamplingParams
 from specserve.launch import free_port, service
 from tests.test_openai_server import client
@@ -73,10 +74,10 @@ def generate(router: str, max_tokens: int = 16, timeout_s: float = 120) -> list[
         return [t for r in stub.Generate(request, timeout=timeout_s) for t in r.token_ids]
 
 
-def health(address: str) -> int:
+def health(address: str, service: str = "") -> int:
     with grpc.insecure_channel(address) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=10
+            health_pb2.HealthCheckRequest(service=service), timeout=10
         )
         return int(reply.status)
 
@@ -111,8 +112,11 @@ def test_a_target_worker_joins_the_cluster_and_a_dead_rank_fails_it_cleanly(
             assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
             assert time.monotonic() - start < 90
             assert health(target) == health_pb2.HealthCheckResponse.NOT_SERVING
+            # A worker without its rank cannot recover: liveness says restart it.
+            assert health(target, ALIVE) == health_pb2.HealthCheckResponse.NOT_SERVING
             # Its only target is gone: the router says it cannot serve, and lives on.
             assert health(router) == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert health(router, ALIVE) == health_pb2.HealthCheckResponse.SERVING
         assert available_cpus(cluster) == NUM_CPUS  # the placement group is gone
 
 

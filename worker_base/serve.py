@@ -91,9 +91,9 @@ def serve_worker(
     health: list[RunningServer] = []
 
     def lost(reason: str) -> None:
-        logger.error("%s failed, reporting NOT_SERVING: %s", kind, reason)
+        logger.error("%s failed for good, reporting NOT_SERVING: %s", kind, reason)
         for running in health:
-            running.set_serving(False)
+            running.fail()
 
     try:
         servicing = servicer(worker, lost, server.lease_ttl_s)

@@ -131,7 +131,14 @@ class ServeConfig:
                 )
         elif self.tokenizer is not None:
             raise ValueError("--tokenizer is only for --router (the workers load their own)")
+        if self.protect_metrics and self.resolved_api_key() is None:
+            raise ValueError(
+                "--protect-metrics needs an API key: pass --api-key or set SPECSERVE_API_KEY"
+            )
         self.engine_config(ParallelConfig())  # checks the engine's fields before any loads
+
+    def resolved_api_key(self) -> str | None:
+        return self.api_key or os.environ.get("SPECSERVE_API_KEY") or None
 
     def engine_config(self, parallel: ParallelConfig) -> EngineConfig:
         spec = speculative_config_from_flag(self.speculative_config)
@@ -198,11 +205,10 @@ def _app(config: ServeConfig, backend: Backend, served_model_name: str | None) -
     # commands share this CLI (and its parser imports this module) without it.
     from gateway.app import build_app
 
-    api_key = config.api_key or os.environ.get("SPECSERVE_API_KEY")
     return build_app(
         backend,
         served_model_name,
-        api_key,
+        config.resolved_api_key(),
         config.max_request_body_bytes,
         protect_metrics=config.protect_metrics,
     )
