@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import torch
 
 from model_runtime.kv_cache import PagedKVCache
-from model_runtime.layers.attention import AttentionMetadata, ForwardContext, causal_masks
+from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
+from model_runtime.ops import Ops, ops_for
+from model_runtime.ops.layout import BatchLayout
 from model_runtime.status import OK, SequenceStatus, StatusCode
 
 
@@ -62,7 +64,8 @@ class ModelRunner:
 
     ``forward`` takes any mix of prefills, decode steps and verify chunks and
     returns only the logits asked for. Rolling back rejected tokens is
-    ``truncate``; finishing a sequence is ``free``.
+    ``truncate``; finishing a sequence is ``free``. ``ops`` are the kernels
+    (by default Triton on GPUs, PyTorch elsewhere).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class ModelRunner:
         kv_cache: PagedKVCache,
         max_positions: int,
         limits: BatchLimits = BatchLimits(),
+        ops: Ops | None = None,
     ):
         self.model = model
         self.kv_cache = kv_cache
@@ -78,6 +82,7 @@ class ModelRunner:
         self.limits = limits
         self.device = model.lm_head.weight.device
         self.vocab_size = model.config.vocab_size
+        self.ops = ops or ops_for(self.device, model.num_kv_heads_per_rank)
         self._windows = set(model.config.sliding_windows)
 
     @torch.inference_mode()
@@ -97,8 +102,8 @@ class ModelRunner:
         values are written to the same slots), which is what a CUDA graph
         captures.
         """
-        hidden = self.model(batch.input_ids, batch.positions, batch.context)
-        return self.model.compute_logits(hidden[batch.logits_indices])
+        hidden = self.model(batch.input_ids, batch.positions, batch.context, batch.logits_indices)
+        return self.model.compute_logits(hidden)
 
     def truncate(self, seq_id: int, length: int) -> None:
         self.kv_cache.truncate(seq_id, length)
@@ -224,39 +229,29 @@ class ModelRunner:
         self._validate(chunks)
         starts = [self.kv_cache.num_tokens(c.seq_id) for c in chunks]
         slots = self._append_all(chunks)
-        block_size = self.kv_cache.block_size
-        tables = [self.kv_cache.block_table(c.seq_id) for c in chunks]
-        width = max(len(t) for t in tables)
-        max_q = max(len(c.token_ids) for c in chunks)
-
+        layout = BatchLayout(
+            starts=starts,
+            query_lens=[len(c.token_ids) for c in chunks],
+            tables=[self.kv_cache.block_table(c.seq_id) for c in chunks],
+            slots=[s for chunk_slots in slots for s in chunk_slots],
+            block_size=self.kv_cache.block_size,
+        )
         input_ids: list[int] = []
         positions: list[int] = []
-        query_index: list[list[int]] = []
-        query_positions: list[list[int]] = []
-        padded_index: list[int] = []
         logits_indices: list[int] = []
-        for b, (chunk, start) in enumerate(zip(chunks, starts, strict=True)):
+        for chunk, start in zip(chunks, starts, strict=True):
             n, offset = len(chunk.token_ids), len(input_ids)
             input_ids.extend(chunk.token_ids)
             positions.extend(range(start, start + n))
-            query_index.append(list(range(offset, offset + n)) + [0] * (max_q - n))
-            query_positions.append(list(range(start, start + n)) + [0] * (max_q - n))
-            padded_index.extend(range(b * max_q, b * max_q + n))
             logits_indices.extend(range(offset + n - chunk.num_logits, offset + n))
 
         def tensor(data: list) -> torch.Tensor:
             return torch.tensor(data, dtype=torch.int64, device=self.device)
 
-        metadata = AttentionMetadata(
-            slot_mapping=tensor([s for chunk_slots in slots for s in chunk_slots]),
-            block_tables=tensor([t + [0] * (width - len(t)) for t in tables]),
-            query_index=tensor(query_index),
-            padded_index=tensor(padded_index),
-            masks=causal_masks(tensor(query_positions), width * block_size, self._windows),
-        )
+        metadata = self.ops.metadata(layout, self.device, self._windows)
         return PreparedBatch(
             input_ids=tensor(input_ids),
             positions=tensor(positions),
             logits_indices=tensor(logits_indices),
-            context=ForwardContext(self.kv_cache, metadata),
+            context=ForwardContext(self.kv_cache, metadata, self.ops),
         )

@@ -1,6 +1,7 @@
 """Our Llama-family models give transformers' logits (float32, CPU) for a
 prefill, for decoding token by token through the paged cache, and for one
-ragged batch that mixes a prefill, a decode step and a verify chunk."""
+ragged batch that mixes a prefill, a decode step and a verify chunk: through
+the PyTorch kernels and through the Triton ones (interpreted on the CPU)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from model_runtime.ops.triton_ops import TritonOps
 from model_runtime.runner import ModelRunner, SequenceChunk
 from tests.conftest import ARCHITECTURES, hf_logits, random_tokens, runner_of
 
@@ -16,9 +18,17 @@ TOLERANCE = 1e-4
 SEQ_LEN = 20
 
 
-def runner_for(folder: Path, block_size: int = 4) -> ModelRunner:
+def runner_for(folder: Path, ops: str, block_size: int = 4) -> ModelRunner:
     # A small block size makes every sequence span several blocks.
-    return runner_of(folder, num_blocks=64, block_size=block_size, dtype="float32")
+    runner = runner_of(folder, num_blocks=64, block_size=block_size, dtype="float32")
+    if ops == "triton":
+        runner.ops = TritonOps(runner.model.num_kv_heads_per_rank)
+    return runner
+
+
+@pytest.fixture(params=["torch", "triton"])
+def ops(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def assert_close(ours: torch.Tensor, reference: torch.Tensor) -> None:
@@ -42,27 +52,29 @@ def test_reference_logits_are_not_trivial(case: tuple[Path, list[int], torch.Ten
     assert reference.std().item() > 0.3
 
 
-def test_prefill_matches(case: tuple[Path, list[int], torch.Tensor]) -> None:
+def test_prefill_matches(case: tuple[Path, list[int], torch.Tensor], ops: str) -> None:
     folder, tokens, reference = case
-    runner = runner_for(folder)
+    runner = runner_for(folder, ops)
     assert_close(runner.forward([SequenceChunk(1, tokens, num_logits=SEQ_LEN)]), reference)
 
 
-def test_decode_through_paged_cache_matches(case: tuple[Path, list[int], torch.Tensor]) -> None:
+def test_decode_through_paged_cache_matches(
+    case: tuple[Path, list[int], torch.Tensor], ops: str
+) -> None:
     folder, tokens, reference = case
-    runner = runner_for(folder)
+    runner = runner_for(folder, ops)
     steps = [runner.forward([SequenceChunk(7, tokens[:3], num_logits=3)])]
     steps += [runner.forward([SequenceChunk(7, [t])]) for t in tokens[3:]]
     assert_close(torch.cat(steps), reference)
 
 
 def test_ragged_batch_of_prefill_decode_and_verify_matches(
-    case: tuple[Path, list[int], torch.Tensor],
+    case: tuple[Path, list[int], torch.Tensor], ops: str
 ) -> None:
     folder, tokens, reference = case
     other = random_tokens(SEQ_LEN, seed=2)
     other_reference = hf_logits(folder, other)
-    runner = runner_for(folder)
+    runner = runner_for(folder, ops)
     # Sequence 1 already holds 13 tokens and decodes one more; sequence 2
     # holds 9 and verifies 6 (last token + 5 drafts); sequence 3 is new.
     runner.forward([SequenceChunk(1, tokens[:13]), SequenceChunk(2, other[:9])])

@@ -1,4 +1,4 @@
-"""RMS normalisation, computed in float32 whatever the model's dtype."""
+"""RMS normalisation (the kernels are the forward's ``ops``)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x [..., hidden] -> [..., hidden], normalised over the last dim."""
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., hidden] -> [..., hidden], normalised over the last dim in float32."""
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)

@@ -42,6 +42,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
+    """cos and sin of every position, [max_positions, head_dim] float32 each
+    (both halves alike, the attention scaling folded in)."""
+
     def __init__(self, inv_freq: torch.Tensor, scaling: float, max_positions: int):
         super().__init__()
         inv_freq = inv_freq.to(dtype=torch.float32, device=torch.get_default_device())
@@ -51,11 +54,3 @@ class RotaryEmbedding(nn.Module):
         self.sin: torch.Tensor
         self.register_buffer("cos", angles.cos() * scaling, persistent=False)
         self.register_buffer("sin", angles.sin() * scaling, persistent=False)
-
-    def forward(
-        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions [T]; q [T, Hq, D], k [T, Hkv, D] -> the same, rotated."""
-        cos = self.cos[positions].to(q.dtype).unsqueeze(1)  # [T, 1, D]
-        sin = self.sin[positions].to(q.dtype).unsqueeze(1)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

@@ -18,7 +18,6 @@ from torch import nn
 
 from model_runtime.config import ModelConfig
 from model_runtime.distributed import TensorParallelGroup
-from model_runtime.layers.activation import SiluAndMul
 from model_runtime.layers.attention import Attention, ForwardContext
 from model_runtime.layers.embedding import ParallelLMHead, VocabParallelEmbedding
 from model_runtime.layers.linear import (
@@ -56,24 +55,21 @@ class LlamaAttention(nn.Module):
         )
         self.q_norm = RMSNorm(d, config.rms_norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(d, config.rms_norm_eps) if qk_norm else None
-        self.rotary = [rotary]  # shared by every layer; a list keeps it out of the state dict
         self.attn = Attention(
             self.qkv_proj.num_heads,
             self.qkv_proj.num_kv_heads,
             d,
             layer_index,
+            rotary,
             config.sliding_windows[layer_index],
+            (self.q_norm, self.k_norm) if self.q_norm and self.k_norm else None,
         )
 
     def forward(
         self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
         """positions [T], hidden [T, hidden_size] -> [T, hidden_size]."""
-        q, k, v = self.qkv_proj.split(self.qkv_proj(hidden))
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary[0](positions, q, k)
-        return self.o_proj(self.attn(q, k, v, ctx))
+        return self.o_proj(self.attn(self.qkv_proj(hidden), positions, ctx))
 
 
 class LlamaMLP(nn.Module):
@@ -81,11 +77,10 @@ class LlamaMLP(nn.Module):
         super().__init__()
         n, bias = config.intermediate_size, config.mlp_bias
         self.gate_up_proj = MergedColumnParallelLinear(config.hidden_size, [n, n], bias, tp)
-        self.act = SiluAndMul()
         self.down_proj = RowParallelLinear(n, config.hidden_size, bias, tp)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.act(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        return self.down_proj(ctx.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -97,10 +92,20 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
-    ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(positions, self.input_layernorm(hidden), ctx)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        self,
+        positions: torch.Tensor,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        ctx: ForwardContext,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's input = hidden + residual) -> (the next layer's hidden,
+        residual), each [T, hidden_size]: every add is fused into the norm after it."""
+        norm = self.input_layernorm
+        hidden, residual = ctx.ops.rms_norm(hidden, norm.weight, norm.eps, residual)
+        hidden = self.self_attn(positions, hidden, ctx)
+        norm = self.post_attention_layernorm
+        hidden, residual = ctx.ops.rms_norm(hidden, norm.weight, norm.eps, residual)
+        return self.mlp(hidden, ctx), residual
 
 
 class LlamaModel(nn.Module):
@@ -114,12 +119,13 @@ class LlamaModel(nn.Module):
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
-    ) -> torch.Tensor:
-        """input_ids [T], positions [T] -> final hidden states [T, hidden_size]."""
-        hidden = self.embed_tokens(input_ids)
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """input_ids [T], positions [T] -> the last layer's (hidden, residual),
+        [T, hidden_size] each, before the final norm (``final_hidden``)."""
+        hidden, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
-            hidden = layer(positions, hidden, ctx)
-        return self.norm(hidden)
+            hidden, residual = layer(positions, hidden, residual, ctx)
+        return hidden, residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -163,10 +169,21 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: ForwardContext,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """input_ids [T], positions [T] -> hidden states [T, hidden_size]."""
-        return self.model(input_ids, positions, ctx)
+        """input_ids [T], positions [T] -> final hidden states [R, hidden_size]
+        of the rows ``rows`` [R] (all T by default): the final norm runs on
+        those rows only."""
+        hidden, residual = self.model(input_ids, positions, ctx)
+        if rows is not None:
+            hidden = hidden[rows]
+            residual = None if residual is None else residual[rows]
+        norm = self.model.norm
+        return ctx.ops.rms_norm(hidden, norm.weight, norm.eps, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden_size] -> logits [N, vocab_size]."""

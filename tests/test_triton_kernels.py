@@ -1,0 +1,154 @@
+"""Each Triton kernel of the GPU forward gives the PyTorch path's numbers on
+random ragged batches (run by the interpreter on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model_runtime.kernels.activation import silu_and_mul
+from model_runtime.kernels.norm import rms_norm
+from model_runtime.kernels.paged_attention import num_splits_for, paged_attention
+from model_runtime.kernels.rotary_cache import rotary_and_cache
+from model_runtime.layers.norm import rms_norm_reference
+from model_runtime.layers.rotary import rotate_half
+
+
+def ragged_pool(
+    seq_lens: list[int], page: int, heads: int, dim: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random key and value pools [N, page, heads, dim] and block tables
+    [B, W] that scatter each sequence over shuffled blocks."""
+    blocks = [-(-n // page) for n in seq_lens]
+    order = torch.randperm(sum(blocks) + 3).tolist()
+    tables, used = [], 0
+    for n in blocks:
+        tables.append(order[used : used + n] + [0] * (max(blocks) - n))
+        used += n
+    shape = (len(order), page, heads, dim)
+    return torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype), torch.tensor(tables)
+
+
+def attention_reference(
+    q: torch.Tensor,
+    pools: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    seq_lens: list[int],
+    query_lens: list[int],
+    window: int | None,
+) -> torch.Tensor:
+    """Each sequence's new queries over its gathered context, in float32."""
+    k_pool, v_pool, tables = pools
+    page, group = k_pool.shape[1], q.shape[1] // k_pool.shape[2]
+    outs, start = [], 0
+    for b, (length, n) in enumerate(zip(seq_lens, query_lens, strict=True)):
+        positions = torch.arange(length)
+        blocks = tables[b][positions // page]
+        keys = k_pool[blocks, positions % page].float().repeat_interleave(group, 1)
+        values = v_pool[blocks, positions % page].float().repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q[start : start + n].float(), keys)
+        distance = torch.arange(length - n, length)[:, None] - positions[None, :]
+        seen = (distance >= 0) & (distance < (window or length + 1))
+        probs = (scores * q.shape[-1] ** -0.5).masked_fill(~seen, float("-inf")).softmax(-1)
+        outs.append(torch.einsum("hqk,khd->qhd", probs, values))
+        start += n
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim", "page", "window", "splits", "dtype", "tolerance"),
+    [
+        (4, 2, 32, 4, None, 1, torch.float32, 1e-5),  # grouped queries, several blocks
+        (8, 2, 64, 16, None, 4, torch.float32, 1e-5),  # keys split four ways
+        (4, 4, 16, 8, 5, 2, torch.float32, 1e-5),  # a sliding window, split
+        (6, 2, 24, 4, None, 1, torch.float32, 1e-5),  # a head size that is no power of two
+        (4, 1, 32, 16, 7, 1, torch.float16, 2e-3),  # half precision
+    ],
+)
+def test_paged_attention_matches_the_reference_on_a_ragged_batch(
+    heads: int,
+    kv_heads: int,
+    dim: int,
+    page: int,
+    window: int | None,
+    splits: int,
+    dtype: torch.dtype,
+    tolerance: float,
+) -> None:
+    torch.manual_seed(0)
+    # decode steps, a verify chunk, whole prompts and a chunk of a long one
+    query_lens, seq_lens = [1, 6, 20, 1, 3], [9, 30, 20, 1, 70]
+    pools = ragged_pool(seq_lens, page, kv_heads, dim, dtype)
+    q = torch.randn(sum(query_lens), heads, dim, dtype=dtype)
+    starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
+    out = paged_attention(
+        q, pools[0], pools[1], pools[2], torch.tensor(seq_lens), starts, max(query_lens),
+        dim**-0.5, window, splits,
+    )  # fmt: skip
+    expected = attention_reference(q, pools, seq_lens, query_lens, window)
+    assert (out.float() - expected).abs().max().item() < tolerance
+
+
+def test_a_sequence_without_new_tokens_is_left_alone() -> None:
+    # Padding rows of a captured batch: query length 0 writes nothing.
+    pools = ragged_pool([5, 4], 4, 2, 16, torch.float32)
+    q = torch.randn(2, 2, 16)
+    starts = torch.tensor([0, 1, 1], dtype=torch.int32)
+    out = paged_attention(q, *pools, torch.tensor([5, 4]), starts, 1, 0.25, None, 2)
+    expected = attention_reference(q[:1], pools, [5], [1], None)
+    assert (out[:1] - expected).abs().max().item() < 1e-5
+
+
+def test_small_batches_split_their_keys_and_large_ones_do_not() -> None:
+    assert num_splits_for(8, max_keys=4096) == 16
+    assert num_splits_for(8, max_keys=128) == 2
+    assert num_splits_for(512, max_keys=4096) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_with_the_residual_add_gives_the_reference(dtype: torch.dtype) -> None:
+    x, residual = torch.randn(5, 48, dtype=dtype), torch.randn(5, 48, dtype=dtype)
+    weight = torch.randn(48, dtype=dtype)
+    # The interpreter rounds bfloat16 toward zero, a GPU to nearest: one unit apart.
+    close = {"rtol": 0, "atol": 0} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    out, summed = rms_norm(x, weight, 1e-6, residual)
+    torch.testing.assert_close(summed, x + residual, **close)
+    reference = rms_norm_reference(x + residual, weight, 1e-6)
+    torch.testing.assert_close(out, reference, rtol=2e-2, atol=5e-2)
+    alone, same = rms_norm(x, weight, 1e-6)
+    assert same is x
+    torch.testing.assert_close(alone, rms_norm_reference(x, weight, 1e-6), rtol=2e-2, atol=5e-2)
+
+
+def test_silu_and_mul_gives_the_reference() -> None:
+    x = torch.randn(3, 2 * 1500)  # wider than one program's block
+    gate, up = x.chunk(2, dim=-1)
+    assert torch.allclose(silu_and_mul(x), F.silu(gate) * up, atol=1e-6)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rotary_and_cache_rotates_queries_and_writes_keys_and_values(qk_norm: bool) -> None:
+    heads, kv_heads, dim, tokens = 4, 2, 16, 5
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim)
+    positions = torch.tensor([3, 0, 7, 8, 2])
+    slots = torch.tensor([5, 1, -1, 9, 0])  # token 2 is padding: written nowhere
+    angles = torch.randn(16, dim // 2).repeat(1, 2)
+    cos, sin = angles.cos(), angles.sin()
+    norms = (torch.randn(dim), torch.randn(dim)) if qk_norm else (None, None)
+    k_pool, v_pool = torch.zeros(3, 4, kv_heads, dim), torch.zeros(3, 4, kv_heads, dim)
+    q_out = rotary_and_cache(qkv, positions, slots, cos, sin, k_pool, v_pool, heads, *norms)
+
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
+    q, k, v = q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim), v.view(tokens, -1, dim)
+    if qk_norm:
+        q, k = rms_norm_reference(q, norms[0], 1e-6), rms_norm_reference(k, norms[1], 1e-6)
+    c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+    q, k = q * c + rotate_half(q) * s, k * c + rotate_half(k) * s
+    assert torch.allclose(q_out, q, atol=1e-5)
+    written = slots >= 0
+    flat_k, flat_v = k_pool.view(-1, kv_heads, dim), v_pool.view(-1, kv_heads, dim)
+    assert torch.allclose(flat_k[slots[written]], k[written], atol=1e-5)
+    assert torch.equal(flat_v[slots[written]], v[written])
+    untouched = torch.ones(12, dtype=torch.bool)
+    untouched[slots[written]] = False
+    assert flat_k[untouched].abs().sum() == 0 and flat_v[untouched].abs().sum() == 0
