@@ -21,11 +21,12 @@ import torch
 from transformers import Qwen3Config
 
 from benchmarks.shapes import SHAPES
+from model_runtime.batch import SequenceChunk
 from model_runtime.config import ModelConfig
 from model_runtime.distributed import SINGLE_DEVICE
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.models.llama import Qwen3ForCausalLM
-from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.runner import ModelRunner
 
 
 def random_runner(shape: str, num_blocks: int, block_size: int, max_len: int) -> ModelRunner:

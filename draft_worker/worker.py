@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
-from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.runner import ModelRunner
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import OK
 from protos.messages import Proposal, ProposeRequest
@@ -74,8 +75,9 @@ class DraftWorker(LocalWorker):
         position = [r.tokens.cached_len + len(r.tokens.token_ids) for r in batch]
         chunks = [SequenceChunk(r.tokens.seq_id, r.tokens.token_ids) for r in batch]
         tokens, ids, probs = [], [], []
+        drafted: torch.Tensor | None = None  # [B] the last step's tokens, on the device
         for step in range(k):
-            logits = self.runner.forward(chunks)  # [B, V]
+            logits = self.runner.forward(chunks, drafted)  # [B, V]
             step_ids, step_probs = self._truncated_q(logits, params, greedy)
             noise = self.randomness.exponential(
                 [(s, p + step) for s, p in zip(seeds, position, strict=True)], self.top_n, "draft"
@@ -85,11 +87,8 @@ class DraftWorker(LocalWorker):
             tokens.append(drafted)
             ids.append(step_ids)
             probs.append(step_probs)
-            if step + 1 < k:
-                chunks = [
-                    SequenceChunk(c.seq_id, [int(t)])
-                    for c, t in zip(chunks, drafted.tolist(), strict=True)
-                ]
+            # The next step feeds these tokens from the device: no host sync.
+            chunks = [SequenceChunk(c.seq_id, [0]) for c in chunks]
         drafts = torch.stack(tokens, 1).tolist()  # [B, k]
         all_ids, all_probs = torch.stack(ids, 1), torch.stack(probs, 1)  # [B, k, N]
         return [

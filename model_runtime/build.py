@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from model_runtime.batch import BatchLimits
 from model_runtime.config import ModelConfig
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.kv_cache import blocks_for
 from model_runtime.loader import load_model
 from model_runtime.resolve import resolve_model
-from model_runtime.runner import BatchLimits, ModelRunner
+from model_runtime.runner import ModelRunner
 from model_runtime.sizing import cache_for, num_kv_blocks
 from model_runtime.specs import RunnerSpec
 
@@ -101,10 +102,18 @@ def build_runners(
         first.cpu_memory_bytes // tp.size,  # the ranks of one CPU share its memory
     )
     blocks = tp.min(blocks, device)  # every rank holds the same sequences
-    return [
+    runners = [
         ModelRunner(model, cache_for(model, blocks, first.block_size, device), c.max_len, limit)
         for model, c, limit in zip(models, checked, limits, strict=True)
     ]
+    if device.type == "cuda" and not first.enforce_eager:
+        for runner in runners:
+            runner.capture_graphs(min(first.max_num_seqs, MAX_GRAPH_BATCH))
+    return runners
+
+
+# The largest batch a CUDA graph is captured for; larger ones run eagerly.
+MAX_GRAPH_BATCH = 256
 
 
 def build_runner(
@@ -138,4 +147,5 @@ def _budget(spec: RunnerSpec) -> tuple[object, ...]:
         spec.cpu_memory_bytes,
         spec.max_num_seqs,
         spec.max_num_batched_tokens,
+        spec.enforce_eager,
     )

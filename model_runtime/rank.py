@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.build import build_runner, resolve_device
 from model_runtime.distributed import TensorParallelGroup, join_group
-from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.runner import ModelRunner
 from model_runtime.specs import RunnerSpec
 
 # (runner, group, model name) -> the worker over them. A module-level function

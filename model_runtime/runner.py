@@ -3,60 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
+from model_runtime.batch import BatchLimits, HostBatch, PreparedBatch, SequenceChunk, host_batch
+from model_runtime.graphs import StepGraphs
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.ops import Ops, ops_for
-from model_runtime.ops.layout import BatchLayout
+from model_runtime.ops.triton_ops import TritonOps
 from model_runtime.status import OK, SequenceStatus, StatusCode
 
 
 class SequenceNotFoundError(KeyError):
     """The KV cache holds no tokens of a sequence that should have some."""
-
-
-@dataclass(frozen=True)
-class SequenceChunk:
-    """The new tokens of one sequence in a ragged batch.
-
-    They are appended after the tokens the cache already holds for ``seq_id``
-    (none for a new sequence). Logits come back for the last ``num_logits`` of
-    them: 1 for a prefill or a decode step, k+1 to verify k drafts.
-    """
-
-    seq_id: int
-    token_ids: Sequence[int]
-    num_logits: int = 1
-
-    def __post_init__(self) -> None:
-        if not self.token_ids:
-            raise ValueError(f"sequence {self.seq_id}: a chunk needs at least one new token")
-        if not 0 <= self.num_logits <= len(self.token_ids):
-            raise ValueError(
-                f"sequence {self.seq_id}: num_logits must be in [0, {len(self.token_ids)}], "
-                f"got {self.num_logits}"
-            )
-
-
-@dataclass
-class PreparedBatch:
-    input_ids: torch.Tensor  # [T]
-    positions: torch.Tensor  # [T]
-    logits_indices: torch.Tensor  # [sum of num_logits]
-    context: ForwardContext
-
-
-@dataclass(frozen=True)
-class BatchLimits:
-    """What one batch call may hold: new tokens (prompts, appended tokens and
-    drafts) and sequences. Bounds the time and memory one caller can take."""
-
-    max_tokens: int = 1 << 62
-    max_seqs: int = 1 << 62
 
 
 class ModelRunner:
@@ -73,27 +34,49 @@ class ModelRunner:
         model: LlamaForCausalLM,
         kv_cache: PagedKVCache,
         max_positions: int,
-        limits: BatchLimits = BatchLimits(),
+        limits: BatchLimits | None = None,
         ops: Ops | None = None,
     ):
         self.model = model
         self.kv_cache = kv_cache
         self.max_positions = max_positions
-        self.limits = limits
+        self.limits = limits or BatchLimits()
         self.device = model.lm_head.weight.device
         self.vocab_size = model.config.vocab_size
         self.ops = ops or ops_for(self.device, model.num_kv_heads_per_rank)
+        self.graphs: StepGraphs | None = None
         self._windows = set(model.config.sliding_windows)
 
+    def capture_graphs(self, max_batch: int) -> None:
+        """Replay decode, draft and verify steps of up to ``max_batch``
+        sequences from CUDA graphs (decode steps captured now)."""
+        if not isinstance(self.ops, TritonOps):
+            raise ValueError("CUDA graphs need the Triton kernels of a CUDA device")
+        self.graphs = StepGraphs(self.model, self.kv_cache, self.ops, self.max_positions, max_batch)
+        self.graphs.capture_decode()
+
     @torch.inference_mode()
-    def forward(self, chunks: Sequence[SequenceChunk]) -> torch.Tensor:
+    def forward(
+        self, chunks: Sequence[SequenceChunk], token_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Append every chunk to its sequence and return logits [sum of num_logits, vocab].
 
         Rows come in chunk order, and within a chunk in position order. If the
         cache cannot hold the batch, OutOfBlocksError is raised and no
-        sequence has changed.
+        sequence has changed. ``token_ids`` [T], on the device, replace the
+        chunks' tokens (which then only count them): a draft step feeds the
+        last step's tokens without reading them back. With graphs the logits
+        are valid until the next forward.
         """
-        return self.execute(self.prepare(chunks))
+        batch = self.plan(chunks)
+        if self.graphs is not None:
+            logits = self.graphs.run(batch, token_ids)
+            if logits is not None:
+                return logits
+        prepared = self.to_device(batch)
+        if token_ids is not None:
+            prepared.input_ids = token_ids
+        return self.execute(prepared)
 
     def execute(self, batch: PreparedBatch) -> torch.Tensor:
         """Run the forward of a prepared batch: device work only, no host sync.
@@ -226,32 +209,28 @@ class ModelRunner:
         copied to the device once. All or nothing: on an error (a bad chunk,
         OutOfBlocksError) no sequence has changed.
         """
+        return self.to_device(self.plan(chunks))
+
+    def plan(self, chunks: Sequence[SequenceChunk]) -> HostBatch:
+        """Append every chunk to the cache (all or nothing) and lay the batch
+        out on the host."""
         self._validate(chunks)
         starts = [self.kv_cache.num_tokens(c.seq_id) for c in chunks]
         slots = self._append_all(chunks)
-        layout = BatchLayout(
-            starts=starts,
-            query_lens=[len(c.token_ids) for c in chunks],
-            tables=[self.kv_cache.block_table(c.seq_id) for c in chunks],
-            slots=[s for chunk_slots in slots for s in chunk_slots],
-            block_size=self.kv_cache.block_size,
-        )
-        input_ids: list[int] = []
-        positions: list[int] = []
-        logits_indices: list[int] = []
-        for chunk, start in zip(chunks, starts, strict=True):
-            n, offset = len(chunk.token_ids), len(input_ids)
-            input_ids.extend(chunk.token_ids)
-            positions.extend(range(start, start + n))
-            logits_indices.extend(range(offset + n - chunk.num_logits, offset + n))
+        tables = [self.kv_cache.block_table(c.seq_id) for c in chunks]
+        return host_batch(chunks, starts, slots, tables, self.kv_cache.block_size)
+
+    def to_device(self, batch: HostBatch) -> PreparedBatch:
+        """The device tensors of a host batch, for an eager forward."""
 
         def tensor(data: list) -> torch.Tensor:
             return torch.tensor(data, dtype=torch.int64, device=self.device)
 
-        metadata = self.ops.metadata(layout, self.device, self._windows)
         return PreparedBatch(
-            input_ids=tensor(input_ids),
-            positions=tensor(positions),
-            logits_indices=tensor(logits_indices),
-            context=ForwardContext(self.kv_cache, metadata, self.ops),
+            input_ids=tensor(batch.input_ids),
+            positions=tensor(batch.positions),
+            logits_indices=tensor(batch.logits_indices),
+            context=ForwardContext(
+                self.kv_cache, self.ops.metadata(batch.layout, self.device, self._windows), self.ops
+            ),
         )

@@ -27,7 +27,8 @@ class RunnerSpec:
     GPU, or ``cpu_memory_bytes`` on CPUs (for all ranks of a tensor-parallel
     group together), never more than ``max_num_seqs`` sequences of
     ``max_model_len`` tokens need. A cache that cannot hold one such sequence
-    is refused: a sequence could then never finish.
+    is refused: a sequence could then never finish. On a GPU the runner
+    replays its repeating steps from CUDA graphs unless ``enforce_eager``.
     """
 
     model: str = field(metadata={"help": "checkpoint folder, bundled model name or hub id"})
@@ -61,6 +62,10 @@ class RunnerSpec:
         },
     )
     num_kv_blocks: int | None = field(default=None, metadata={"help": "override the KV budget"})
+    enforce_eager: bool = field(
+        default=False,
+        metadata={"help": "on GPUs, run every step eagerly instead of replaying CUDA graphs"},
+    )
 
     def __post_init__(self) -> None:
         if not self.model:

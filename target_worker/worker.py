@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.logprobs import token_logprobs
-from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.runner import ModelRunner
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest

@@ -13,9 +13,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import specserve
+from model_runtime.batch import SequenceChunk
 from model_runtime.errors import CheckpointError
 from model_runtime.resolve import BUNDLED_MODELS
-from model_runtime.runner import SequenceChunk
 from specserve.commands.generate import GenerateConfig, generate
 from tests.conftest import runner_of
 

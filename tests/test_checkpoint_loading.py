@@ -11,10 +11,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.errors import CheckpointError, UnsupportedModelError
 from model_runtime.loader import load_model
 from model_runtime.random_checkpoint import save_random_checkpoint
-from model_runtime.runner import SequenceChunk
 from tests.conftest import hf_logits, random_tokens, runner_of
 
 

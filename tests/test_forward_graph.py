@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from model_runtime.runner import SequenceChunk
+from model_runtime.batch import SequenceChunk
 from tests.conftest import random_tokens, runner_of
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.kv_cache import KVCacheIntegrityError, OutOfBlocksError, PagedKVCache
-from model_runtime.runner import SequenceChunk
 from tests.conftest import random_tokens, runner_of
 
 

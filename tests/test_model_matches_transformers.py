@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.ops.triton_ops import TritonOps
-from model_runtime.runner import ModelRunner, SequenceChunk
+from model_runtime.runner import ModelRunner
 from tests.conftest import ARCHITECTURES, hf_logits, random_tokens, runner_of
 
 TOLERANCE = 1e-4

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from model_runtime.batch import SequenceChunk
 from model_runtime.executors import MpExecutor
 from model_runtime.rank import RankConfig
-from model_runtime.runner import SequenceChunk
 from model_runtime.specs import RunnerSpec
 from specserve import LLM, SamplingParams
 from target_worker.tensor_parallel import target_rank_worker

@@ -33,6 +33,7 @@ def worker_flags(
     flags += ["--dtype", runner.dtype, "--device", runner.device, "--seed", str(engine.seed)]
     flags += ["--gpu-memory-utilization", str(memory)]
     flags += ["--placement-timeout-s", str(parallel.placement_timeout_s)]
+    flags += ["--enforce-eager"] if runner.enforce_eager else []
     for flag, value in (
         ("--revision", revision),
         ("--max-model-len", max_model_len),

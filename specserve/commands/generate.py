@@ -30,6 +30,7 @@ class GenerateConfig:
     seed: int | None = field(default=None, metadata={"help": "seed of this request"})
     dtype: str = flag_of(RunnerSpec, "dtype")
     device: str = flag_of(RunnerSpec, "device")
+    enforce_eager: bool = flag_of(RunnerSpec, "enforce_eager")
     max_model_len: int | None = flag_of(RunnerSpec, "max_model_len")
 
     def sampling_params(self) -> SamplingParams:
@@ -48,6 +49,7 @@ class GenerateConfig:
             max_model_len=self.max_model_len,
             dtype=self.dtype,
             device=self.device,
+            enforce_eager=self.enforce_eager,
         )
 
     def __post_init__(self) -> None:

@@ -78,6 +78,7 @@ class ServeConfig:
     )
     dtype: str = flag_of(RunnerSpec, "dtype")
     device: str = flag_of(RunnerSpec, "device")
+    enforce_eager: bool = flag_of(RunnerSpec, "enforce_eager")
     router: str | None = field(
         default=None,
         metadata={"help": "run only the gateway, in front of the Router service at host:port"},
@@ -150,6 +151,7 @@ class ServeConfig:
             max_model_len=self.max_model_len,
             dtype=self.dtype,
             device=self.device,
+            enforce_eager=self.enforce_eager,
             seed=self.seed,
             gpu_memory_utilization=self.gpu_memory_utilization,
             log_stats_interval_s=None if self.disable_log_stats else self.log_stats_interval_s,
