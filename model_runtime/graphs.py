@@ -140,7 +140,9 @@ class StepGraphs:
         self._copied.record()
         size = len(batch.layout.query_lens)
         base = key.offsets()[-1]
-        self._tables[:size, :width].copy_(self._inputs[base : base + size * width].view(size, width))
+        self._tables[:size, :width].copy_(
+            self._inputs[base : base + size * width].view(size, width)
+        )
         if token_ids is not None:
             self._inputs[: len(batch.input_ids)].copy_(token_ids)
         graph = self._graphs[key]

@@ -41,16 +41,16 @@ def _attend_tile(
     q_tiles,
     GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0) // q_tiles
     tile = tl.program_id(0) % q_tiles
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    q_start = tl.load(query_starts_ptr + seq)
-    q_len = tl.load(query_starts_ptr + seq + 1) - q_start
+    q_start = tl.load(query_starts_ptr + seq).to(tl.int32)
+    q_len = tl.load(query_starts_ptr + seq + 1).to(tl.int32) - q_start
     if tile * BLOCK_Q < q_len:
-        seq_len = tl.load(seq_lens_ptr + seq)
+        seq_len = tl.load(seq_lens_ptr + seq).to(tl.int32)
         rows = tl.arange(0, BLOCK_M)
         token = tile * BLOCK_Q + rows // GROUP  # [M] index among the new tokens
         head = kv_head * GROUP + rows % GROUP  # [M] query head
@@ -86,7 +86,9 @@ def _attend_tile(
             kv_rows += kv_head * stride_kh
             kv_mask = key_ok[:, None] & dim_ok[None, :]
             k = tl.load(k_ptr + kv_rows[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-            scores = tl.dot(q, tl.trans(k)) * scale_log2  # [M, N], in log2 units
+            scores = (
+                tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
+            )  # [M, N], in log2 units
             seen = key_ok[None, :] & (keys[None, :] <= position[:, None])
             if window > 0:
                 seen = seen & (position[:, None] - keys[None, :] < window)
@@ -97,7 +99,7 @@ def _attend_tile(
             alpha = tl.math.exp2(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_ptr + kv_rows[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
 
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
@@ -200,6 +202,8 @@ def paged_attention(
         GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=64 if head_dim <= 128 else 32,
         HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim), PAGE=page,
         NUM_SPLITS=num_splits,
+        # float32 models get float32 products (not TF32): the reference's numbers
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )  # fmt: skip
     if num_splits > 1:
         _merge_splits[(num_tokens * num_heads,)](
