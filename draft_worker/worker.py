@@ -72,6 +72,7 @@ class DraftWorker(LocalWorker):
         )
         greedy = params.greedy.unsqueeze(1)  # [B, 1]
         seeds = [r.sampling.seed for r in batch]
+        all_greedy = all(r.sampling.greedy for r in batch)
         position = [r.tokens.cached_len + len(r.tokens.token_ids) for r in batch]
         chunks = [SequenceChunk(r.tokens.seq_id, r.tokens.token_ids) for r in batch]
         tokens, ids, probs = [], [], []
@@ -79,11 +80,16 @@ class DraftWorker(LocalWorker):
         for step in range(k):
             logits = self.runner.forward(chunks, drafted)  # [B, V]
             step_ids, step_probs = self._truncated_q(logits, params, greedy)
-            noise = self.randomness.exponential(
-                [(s, p + step) for s, p in zip(seeds, position, strict=True)], self.top_n, "draft"
-            )
-            choice = (step_probs / noise).argmax(-1, keepdim=True)  # [B, 1]
-            drafted = self.tp.broadcast(step_ids.gather(1, choice).squeeze(1))  # [B]
+            if all_greedy:  # each row's argmax is the first of its support
+                drafted = self.tp.broadcast(step_ids[:, 0].contiguous())  # [B]
+            else:
+                noise = self.randomness.exponential(
+                    [(s, p + step) for s, p in zip(seeds, position, strict=True)],
+                    self.top_n,
+                    "draft",
+                )
+                choice = (step_probs / noise).argmax(-1, keepdim=True)  # [B, 1]
+                drafted = self.tp.broadcast(step_ids.gather(1, choice).squeeze(1))  # [B]
             tokens.append(drafted)
             ids.append(step_ids)
             probs.append(step_probs)

@@ -80,22 +80,30 @@ class SamplingTensors:
         vocab_size: int,
         device: torch.device,
     ) -> SamplingTensors:
-        """Row i of the result holds ``options[j]`` for ``repeats[j]`` consecutive rows."""
-        rows = [(o, r) for o, r in zip(options, repeats, strict=True)]
+        """Row i of the result holds ``options[j]`` for ``repeats[j]`` consecutive rows.
 
-        def column(values: list, dtype: torch.dtype) -> torch.Tensor:
-            flat = [v for (o, r), v in zip(rows, values, strict=True) for _ in range(r)]
-            return torch.tensor(flat, dtype=dtype, device=device)
-
-        top_k = [o.top_k if 0 < o.top_k < vocab_size else vocab_size for o in options]
+        The five columns travel in one copy from pinned memory that does not
+        wait for the device (a forward may still be running)."""
+        columns: list[list[float]] = [
+            [1.0 if o.greedy else o.temperature for o in options],
+            [float(o.top_k if 0 < o.top_k < vocab_size else vocab_size) for o in options],
+            [o.top_p for o in options],
+            [o.min_p for o in options],
+            [float(o.greedy) for o in options],
+        ]
+        host = torch.tensor(
+            [[v for v, r in zip(col, repeats, strict=True) for _ in range(r)] for col in columns],
+            dtype=torch.float64,
+        )  # [5, N]; float64 holds every top_k exactly
+        if device.type == "cuda":
+            host = host.pin_memory()
+        packed = host.to(device, non_blocking=True)
         return cls(
-            temperature=column(
-                [1.0 if o.greedy else o.temperature for o in options], torch.float32
-            ),
-            top_k=column(top_k, torch.int64),
-            top_p=column([o.top_p for o in options], torch.float32),
-            min_p=column([o.min_p for o in options], torch.float32),
-            greedy=column([o.greedy for o in options], torch.bool),
+            temperature=packed[0].float(),
+            top_k=packed[1].long(),
+            top_p=packed[2].float(),
+            min_p=packed[3].float(),
+            greedy=packed[4].bool(),
             needs_sort=any(o.top_p < 1 or 0 < o.top_k < vocab_size for o in options),
             needs_min_p=any(o.min_p > 0 for o in options),
         )
@@ -162,13 +170,10 @@ class RowRandomness:
         self, rows: Sequence[tuple[int | None, int]], vocab_size: int, stream: str
     ) -> torch.Tensor:
         """Exp(1) noise [len(rows), vocab_size]: argmax(probs / noise) samples from probs."""
+        # Rows without a seed share one draw from the worker's generator (one
+        # launch, no host synchronisation); a seeded row then draws its own.
         noise = torch.empty(len(rows), vocab_size, device=self.device)
-        # Rows without a seed share one draw from the worker's generator (one launch);
-        # a seeded row draws from its own.
-        unseeded = [i for i, (seed, _) in enumerate(rows) if seed is None]
-        if unseeded:
-            shared = torch.empty(len(unseeded), vocab_size, device=self.device)
-            noise[unseeded] = shared.exponential_(generator=self.generator)
+        noise.exponential_(generator=self.generator)
         for i, (seed, position) in enumerate(rows):
             if seed is not None:
                 noise[i].exponential_(generator=self._generator(seed, position, stream))

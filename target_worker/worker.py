@@ -146,6 +146,8 @@ class TargetWorker(LocalWorker):
         self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
     ) -> list[list[int]]:
         """Rejection-sample every sequence: [B, max k + 1] tokens, PLACEHOLDER-padded."""
+        if all(r.sampling.greedy for r in batch):
+            return self._greedy(batch, logits, num_drafts)
         if self.tp.rank != 0:
             shape = (len(batch), max(num_drafts) + 1)
             out = torch.empty(shape, dtype=torch.int64, device=self.device)
@@ -175,6 +177,23 @@ class TargetWorker(LocalWorker):
         )
         out = self.tp.broadcast(self.sample(inputs).to(self.device))
         return out.tolist()  # the round's one host synchronisation
+
+    def _greedy(
+        self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
+    ) -> list[list[int]]:
+        """Greedy acceptance on the host from the argmax of every row (one
+        read back, no other launches): drafts are kept while they equal it."""
+        argmax = self.tp.broadcast(logits.argmax(-1)).tolist()  # [R] rank 0's
+        width, row, out = max(num_drafts) + 1, 0, []
+        for r, k in zip(batch, num_drafts, strict=True):
+            tokens = [argmax[row]]
+            for i, draft in enumerate(r.draft_token_ids):
+                if draft != tokens[-1]:
+                    break
+                tokens.append(argmax[row + i + 1])
+            out.append(tokens + [PLACEHOLDER] * (width - len(tokens)))
+            row += k + 1
+        return out
 
     @staticmethod
     def _add_logprobs(

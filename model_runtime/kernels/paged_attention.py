@@ -33,6 +33,65 @@ MAX_SPLITS = 16
 
 
 @triton.jit
+def _attend_keys(
+    q, k_ptr, v_ptr, table_ptr, position, start, end,
+    head_offset, stride_kb, stride_ks, scale_log2, window,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """Online softmax of queries q [M, D] at ``position`` [M] over the keys at
+    positions [start, end): (unnormalised output [M, D], row max, row sum),
+    in log2 units."""
+    dims = tl.arange(0, BLOCK_D)
+    dim_ok = dims < HEAD_DIM
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for key_start in range(start, end, BLOCK_N):
+        keys = key_start + tl.arange(0, BLOCK_N)  # [N] positions
+        key_ok = keys < end
+        block = tl.load(table_ptr + keys // PAGE, mask=key_ok, other=0)
+        kv_rows = block.to(tl.int64) * stride_kb + (keys % PAGE) * stride_ks
+        kv_rows += head_offset
+        kv_mask = key_ok[:, None] & dim_ok[None, :]
+        k = tl.load(k_ptr + kv_rows[:, None] + dims[None, :], mask=kv_mask, other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2  # [M, N]
+        seen = key_ok[None, :] & (keys[None, :] <= position[:, None])
+        if window > 0:
+            seen = seen & (position[:, None] - keys[None, :] < window)
+        scores = tl.where(seen, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(scores - m_safe[:, None])
+        alpha = tl.math.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptr + kv_rows[:, None] + dims[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _key_range(
+    seq_len, q_len, tile, split, window,
+    BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+):  # fmt: skip
+    """The key positions [start, end) one split of a query tile attends to:
+    its share of those the tile's queries can see."""
+    # Keys this tile can see, [lo, hi), then this program's share of them.
+    last = seq_len - q_len + tl.minimum(tile * BLOCK_Q + BLOCK_Q, q_len)  # max position + 1
+    lo = 0
+    if window > 0:
+        lo = tl.maximum(seq_len - q_len + tile * BLOCK_Q - window + 1, 0)
+        lo = lo // BLOCK_N * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(last - lo, BLOCK_N), NUM_SPLITS) * BLOCK_N
+    start = lo + split * per_split
+    end = tl.minimum(start + per_split, last)
+
+    return start, end
+
+
+@triton.jit
 def _attend_tile(
     q_ptr, k_ptr, v_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     block_tables_ptr, seq_lens_ptr, query_starts_ptr,
@@ -65,43 +124,12 @@ def _attend_tile(
             other=0.0,
         )  # [M, D]
 
-        # Keys this tile can see, [lo, hi), then this program's share of them.
-        last = seq_len - q_len + tl.minimum(tile * BLOCK_Q + BLOCK_Q, q_len)  # max position + 1
-        lo = 0
-        if window > 0:
-            lo = tl.maximum(seq_len - q_len + tile * BLOCK_Q - window + 1, 0)
-            lo = lo // BLOCK_N * BLOCK_N
-        per_split = tl.cdiv(tl.cdiv(last - lo, BLOCK_N), NUM_SPLITS) * BLOCK_N
-        start = lo + split * per_split
-        end = tl.minimum(start + per_split, last)
-
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        for key_start in range(start, end, BLOCK_N):
-            keys = key_start + tl.arange(0, BLOCK_N)  # [N] positions
-            key_ok = keys < end
-            block = tl.load(block_tables_ptr + seq * stride_bt + keys // PAGE, mask=key_ok, other=0)
-            kv_rows = block.to(tl.int64) * stride_kb + (keys % PAGE) * stride_ks
-            kv_rows += kv_head * stride_kh
-            kv_mask = key_ok[:, None] & dim_ok[None, :]
-            k = tl.load(k_ptr + kv_rows[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-            scores = (
-                tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2
-            )  # [M, N], in log2 units
-            seen = key_ok[None, :] & (keys[None, :] <= position[:, None])
-            if window > 0:
-                seen = seen & (position[:, None] - keys[None, :] < window)
-            scores = tl.where(seen, scores, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(scores, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.math.exp2(scores - m_safe[:, None])
-            alpha = tl.math.exp2(m_i - m_safe)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(v_ptr + kv_rows[:, None] + dims[None, :], mask=kv_mask, other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m_i = m_new
-
+        start, end = _key_range(seq_len, q_len, tile, split, window, BLOCK_Q, BLOCK_N, NUM_SPLITS)
+        acc, m_i, l_i = _attend_keys(
+            q, k_ptr, v_ptr, block_tables_ptr + seq * stride_bt, position, start, end,
+            kv_head * stride_kh, stride_kb, stride_ks, scale_log2, window,
+            BLOCK_M, BLOCK_N, BLOCK_D, HEAD_DIM, PAGE, PRECISION,
+        )  # fmt: skip
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         if NUM_SPLITS == 1:
             out_rows = (q_start + token) * stride_ot + head * stride_oh
