@@ -1,0 +1,161 @@
+"""The fixed-address inputs of a captured step, and how a batch is padded into them.
+
+A step shape (``StepShape``) holds B sequences (a bucket) with up to Q new
+tokens each, and asks for the logits of either each sequence's last token
+(decode and draft steps) or every token (verifying drafts). A batch that fits
+is padded to it: padding tokens write nowhere (slot -1) and padding sequences
+have no new tokens, so attention skips them.
+
+Every shape reads its inputs at fixed offsets of one device buffer, which one
+copy from a (pinned) host buffer fills each step; the block tables go to a
+fixed-width table with one more copy. Nothing here is CUDA-only, so the
+padding is tested on the CPU (``model_runtime.graphs`` captures and replays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from model_runtime.batch import HostBatch
+from model_runtime.ops.triton_ops import TritonMetadata
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+# The most new tokens per sequence a shape takes: a verify of 15 drafts.
+MAX_QUERY_LEN = 16
+
+
+@dataclass(frozen=True)
+class StepShape:
+    batch: int  # sequences, a bucket
+    query_len: int  # most new tokens of one sequence
+    every_logit: bool  # logits for every token, else for each sequence's last
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.query_len
+
+    @property
+    def rows(self) -> int:
+        return self.tokens if self.every_logit else self.batch
+
+    def offsets(self) -> list[int]:
+        """Where input_ids, positions, slots, logits rows, seq_lens, query
+        starts and the block tables start in the input buffer."""
+        sizes = [self.tokens] * 3 + [self.rows, self.batch, self.batch + 1]
+        starts = [0]
+        for size in sizes:
+            starts.append(starts[-1] + size)
+        return starts
+
+
+def buckets_up_to(max_batch: int) -> list[int]:
+    return [b for b in BATCH_BUCKETS if b < max_batch] + [max_batch]
+
+
+def shape_for(batch: HostBatch, buckets: list[int]) -> StepShape | None:
+    """The step shape a batch fits, if any: a decode or draft step (one logit
+    per sequence, at most 2 new tokens each) or a verify step (every logit)."""
+    layout = batch.layout
+    size, longest = len(layout.query_lens), layout.max_query_len
+    if size > buckets[-1] or longest > MAX_QUERY_LEN:
+        return None
+    if batch.one_logit_each and longest <= 2:
+        every = False
+    elif batch.every_logit:
+        every = longest > 1
+    else:
+        return None
+    bucket = next(b for b in buckets if b >= size)
+    return StepShape(bucket, longest, every)
+
+
+@dataclass
+class StepViews:
+    """One shape's inputs: views of the fixed buffers."""
+
+    input_ids: torch.Tensor  # [tokens]
+    positions: torch.Tensor  # [tokens]
+    logits_rows: torch.Tensor  # [rows]
+    metadata: TritonMetadata
+
+
+class StepInputs:
+    """The fixed buffers every captured shape reads, for batches of up to
+    ``max_batch`` sequences and ``width`` blocks each."""
+
+    def __init__(self, max_batch: int, width: int, device: torch.device):
+        size = StepShape(max_batch, MAX_QUERY_LEN, True).offsets()[-1] + max_batch * width
+        pinned = device.type == "cuda"
+        self._host = torch.zeros(size, dtype=torch.int64, pin_memory=pinned)
+        self._host_np = self._host.numpy()
+        self._device = torch.zeros(size, dtype=torch.int64, device=device)
+        self._tables = torch.zeros(max_batch, width, dtype=torch.int64, device=device)
+        self._copied = torch.cuda.Event() if pinned else None
+
+    def views(self, shape: StepShape, num_splits: int) -> StepViews:
+        ids, positions, slots, rows, lens, starts, _ = shape.offsets()
+        inputs = self._device
+        return StepViews(
+            input_ids=inputs[ids : ids + shape.tokens],
+            positions=inputs[positions : positions + shape.tokens],
+            logits_rows=inputs[rows : rows + shape.rows],
+            metadata=TritonMetadata(
+                slot_mapping=inputs[slots : slots + shape.tokens],
+                block_tables=self._tables[: shape.batch],
+                seq_lens=inputs[lens : lens + shape.batch],
+                query_starts=inputs[starts : starts + shape.batch + 1],
+                max_query_len=shape.query_len,
+                num_splits=num_splits,
+            ),
+        )
+
+    def clear(self, shape: StepShape) -> None:
+        """An empty batch of ``shape``: nothing to attend to, nowhere to write."""
+        _, _, slots, _, _, _, end = shape.offsets()
+        self._device[:end].zero_()
+        self._device[slots : slots + shape.tokens].fill_(-1)
+
+    def load(
+        self, shape: StepShape, batch: HostBatch, token_ids: torch.Tensor | None = None
+    ) -> None:
+        """Pad ``batch`` to ``shape`` into the buffers; ``token_ids`` [T] (on the
+        device) replace its tokens."""
+        used = self._pack(shape, batch)
+        self._device[:used].copy_(self._host[:used], non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+        size, width = len(batch.layout.query_lens), batch.layout.width
+        base = shape.offsets()[-1]
+        tables = self._device[base : base + size * width].view(size, width)
+        self._tables[:size, :width].copy_(tables)
+        if token_ids is not None:
+            self._device[: len(batch.input_ids)].copy_(token_ids)
+
+    def _pack(self, shape: StepShape, batch: HostBatch) -> int:
+        """Write ``batch`` padded to ``shape`` into the host buffer; its length."""
+        if self._copied is not None:
+            self._copied.synchronize()  # the last step's copy has read the buffer
+        layout, host = batch.layout, self._host_np
+        ids, positions, slots, rows, lens, starts, tables = shape.offsets()
+        tokens, size = len(batch.input_ids), len(layout.query_lens)
+        for offset, values, pad in (
+            (ids, batch.input_ids, 0),
+            (positions, batch.positions, 0),
+            (slots, layout.slots, -1),
+        ):
+            host[offset : offset + tokens] = values
+            host[offset + tokens : offset + shape.tokens] = pad
+        host[rows : rows + len(batch.logits_indices)] = batch.logits_indices
+        host[rows + len(batch.logits_indices) : rows + shape.rows] = 0
+        host[lens : lens + size] = layout.seq_lens
+        host[lens + size : lens + shape.batch] = 0
+        query_starts = [0]
+        for n in layout.query_lens:
+            query_starts.append(query_starts[-1] + n)
+        host[starts : starts + size + 1] = query_starts
+        host[starts + size + 1 : starts + shape.batch + 1] = tokens
+        flat = [block for table in layout.padded_tables() for block in table]
+        host[tables : tables + len(flat)] = flat
+        return tables + len(flat)

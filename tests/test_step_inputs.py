@@ -1,0 +1,111 @@
+"""A step padded to its bucket, as a CUDA graph replays it, gives the
+unpadded step's logits and writes the keys and values of its own tokens
+only; and which batches a captured step takes. (The padded forward runs the
+Triton kernels through the interpreter; capture and replay need a GPU.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from model_runtime.batch import SequenceChunk
+from model_runtime.graphs import padded_forward
+from model_runtime.kv_cache import blocks_for
+from model_runtime.ops.triton_ops import TritonOps
+from model_runtime.runner import ModelRunner
+from model_runtime.step_inputs import StepInputs, StepShape, buckets_up_to, shape_for
+from tests.conftest import random_tokens, runner_of
+
+
+@pytest.fixture
+def runner(qwen3_checkpoint: Path) -> ModelRunner:
+    runner = runner_of(qwen3_checkpoint, num_blocks=64, block_size=4, dtype="float32")
+    runner.ops = TritonOps(runner.model.num_kv_heads_per_rank)
+    for seq, length in ((1, 9), (2, 5), (3, 13)):
+        runner.forward([SequenceChunk(seq, random_tokens(length, seq))])
+    return runner
+
+
+# Padding tokens compute on whatever memory held (their rows are dropped).
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+
+def padded_and_eager(
+    runner: ModelRunner, chunks: list[SequenceChunk], token_ids: torch.Tensor | None = None
+) -> tuple[StepShape, torch.Tensor, torch.Tensor]:
+    """(shape, padded logits, eager logits), after checking that the padded
+    step wrote what the eager one wrote (up to rounding: the matmuls see
+    more rows) and nothing else."""
+    cache = runner.kv_cache
+    batch = runner.plan(chunks)  # both runs write the same slots
+    before = cache.pool.clone()
+    prepared = runner.to_device(batch)
+    if token_ids is not None:
+        prepared.input_ids = token_ids
+    eager = runner.execute(prepared)
+    eager_pool = cache.pool.clone()
+    cache.pool.copy_(before)
+
+    shape = shape_for(batch, buckets_up_to(8))
+    assert shape is not None
+    width = blocks_for(runner.max_positions, cache.block_size)
+    inputs = StepInputs(8, width, runner.device)
+    inputs.load(shape, batch, token_ids)
+    assert isinstance(runner.ops, TritonOps)
+    logits = padded_forward(runner.model, cache, runner.ops, inputs, shape, runner.max_positions)
+    written = eager_pool != before
+    assert torch.equal(cache.pool[~written], before[~written])
+    assert torch.allclose(cache.pool, eager_pool, atol=1e-5)
+    return shape, logits[: len(batch.logits_indices)], eager
+
+
+def test_a_padded_decode_step_gives_the_eager_logits_and_writes_nothing_else(
+    runner: ModelRunner,
+) -> None:
+    chunks = [SequenceChunk(seq, [7 * seq]) for seq in (1, 2, 3)]
+    shape, padded, eager = padded_and_eager(runner, chunks)
+    assert shape == StepShape(4, 1, False)  # three sequences padded to four
+    assert torch.allclose(padded, eager, atol=1e-5)
+
+
+def test_a_padded_verify_step_gives_the_eager_logits(runner: ModelRunner) -> None:
+    chunks = [
+        SequenceChunk(1, [3, 4, 5, 6], num_logits=4),
+        SequenceChunk(3, [8, 9], num_logits=2),  # fewer drafts: ragged
+    ]
+    shape, padded, eager = padded_and_eager(runner, chunks)
+    assert shape == StepShape(2, 4, True)
+    assert torch.allclose(padded, eager, atol=1e-5)
+
+
+def test_a_draft_step_takes_its_tokens_from_the_device(runner: ModelRunner) -> None:
+    chunks = [SequenceChunk(seq, [0]) for seq in (2, 3)]  # the tokens only count them
+    shape, padded, eager = padded_and_eager(runner, chunks, torch.tensor([11, 12]))
+    for seq in (2, 3):
+        runner.truncate(seq, runner.kv_cache.num_tokens(seq) - 1)
+    reference = runner.forward([SequenceChunk(2, [11]), SequenceChunk(3, [12])])
+    assert shape == StepShape(2, 1, False)
+    assert torch.allclose(padded, reference, atol=1e-5)
+    assert torch.allclose(eager, reference, atol=1e-5)
+
+
+def test_only_decode_draft_and_verify_batches_fit_a_captured_step(runner: ModelRunner) -> None:
+    buckets = buckets_up_to(8)
+
+    def shape(chunks: list[SequenceChunk]) -> StepShape | None:
+        batch = runner.plan(chunks)
+        for c in chunks:
+            runner.kv_cache.truncate(
+                c.seq_id, runner.kv_cache.num_tokens(c.seq_id) - len(c.token_ids)
+            )
+        return shape_for(batch, buckets)
+
+    # a draft's first step: one or two new tokens, the last one's logits
+    assert shape([SequenceChunk(1, [1, 2]), SequenceChunk(2, [3])]) == StepShape(2, 2, False)
+    assert shape([SequenceChunk(s, [1]) for s in range(1, 4)]) == StepShape(4, 1, False)
+    assert shape([SequenceChunk(1, [1, 2, 3], num_logits=3)]) == StepShape(1, 3, True)
+    assert shape([SequenceChunk(9, random_tokens(7, 9))]) is None  # a prefill runs eagerly
+    too_many = [SequenceChunk(s, [1]) for s in range(10, 19)]
+    assert shape(too_many) is None  # nine sequences, more than the largest bucket
