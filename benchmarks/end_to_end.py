@@ -90,7 +90,8 @@ def bundled_pair(max_tokens: int) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for name, extra in (("target_only", {}), ("speculative", {"speculative_config": spec})):
         llm = LLM("specserve/demo-target", dtype="bfloat16", **extra)
-        llm.generate(text, params, use_tqdm=False)
+        for batch in (1, 16):  # warm up every batch size (kernels specialise on shapes)
+            llm.generate((text * 8)[:batch], params, use_tqdm=False)
         for batch in (1, 16):
             start = time.perf_counter()
             outs = llm.generate((text * 8)[:batch], params, use_tqdm=False)

@@ -33,6 +33,11 @@ def _rms_norm(
     tl.store(out_ptr + row * N + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=ok)
 
 
+def num_warps_for(block: int) -> int:
+    """Warps for one row of ``block`` elements: about 256 elements each, 1 to 8."""
+    return min(max(block // 256, 1), 8)
+
+
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,9 +50,10 @@ def rms_norm(
     summed = x if residual is None else torch.empty_like(out)
     if x.stride(-1) != 1 or (residual is not None and residual.stride(-1) != 1):
         raise ValueError("rms_norm needs rows with unit stride")
+    block = triton.next_power_of_2(n)
     _rms_norm[(rows,)](
         x, x if residual is None else residual, weight, out, summed,
         x.stride(0), 0 if residual is None else residual.stride(0), eps,
-        N=n, BLOCK=triton.next_power_of_2(n), HAS_RESIDUAL=residual is not None,
+        N=n, BLOCK=block, HAS_RESIDUAL=residual is not None, num_warps=num_warps_for(block),
     )  # fmt: skip
     return out, summed

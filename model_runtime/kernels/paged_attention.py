@@ -30,6 +30,8 @@ LOG2E = 1.4426950408889634
 # Programs wanted in flight before keys are split further (two waves on an H200).
 TARGET_PROGRAMS = 264
 MAX_SPLITS = 16
+KEY_BLOCK = 64  # keys per step of the walk (32 for heads over 128)
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -172,7 +174,7 @@ def _merge_splits(
     tl.store(out_ptr + row * HEAD_DIM + dims, out.to(out_ptr.dtype.element_ty), mask=dim_ok)
 
 
-def num_splits_for(num_programs: int, max_keys: int, block_n: int = 64) -> int:
+def num_splits_for(num_programs: int, max_keys: int, block_n: int = KEY_BLOCK) -> int:
     """How many ways to split each tile's keys so that ``num_programs`` tiles
     fill the GPU: a power of two, at most one split per BLOCK_N keys."""
     splits = 1
@@ -209,6 +211,7 @@ def paged_attention(
     block_q = 1 if max_query_len == 1 else max(1, min(max_query_len, 64 // group))
     block_m = max(16, triton.next_power_of_2(block_q * group))
     q_tiles = triton.cdiv(max_query_len, block_q)
+    block_n = KEY_BLOCK if head_dim <= 128 else KEY_BLOCK // 2
     batch = seq_lens.shape[0]
     out = torch.empty_like(q)
     if num_splits > 1:
@@ -227,11 +230,12 @@ def paged_attention(
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
         q_tiles,
-        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=64 if head_dim <= 128 else 32,
+        GROUP=group, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=block_n,
         HEAD_DIM=head_dim, BLOCK_D=triton.next_power_of_2(head_dim), PAGE=page,
         NUM_SPLITS=num_splits,
         # float32 models get float32 products (not TF32): the reference's numbers
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=NUM_WARPS,
     )  # fmt: skip
     if num_splits > 1:
         _merge_splits[(num_tokens * num_heads,)](
