@@ -109,6 +109,15 @@ def test_engine_config_validates_its_fields() -> None:
         EngineConfig.of("m", distributed_executor_backend="mp", ray_address="auto")
 
 
+def test_enforce_eager_reaches_the_runner_and_every_worker_command() -> None:
+    from specserve.commands.disaggregated import worker_flags
+
+    config = EngineConfig.of("m", enforce_eager=True)
+    assert config.runner.enforce_eager
+    assert "--enforce-eager" in worker_flags(config, "m", None, None, 1, 0.5)
+    assert "--enforce-eager" not in worker_flags(EngineConfig.of("m"), "m", None, None, 1, 0.5)
+
+
 def test_a_prompt_longer_than_the_context_is_refused() -> None:
     llm = LLM("specserve/demo-target", max_model_len=16, dtype="float32")
     with pytest.raises(ValueError, match="the maximum model length is 16"):
