@@ -176,13 +176,11 @@ def _merge_splits(
 
 def num_splits_for(num_programs: int, max_keys: int, block_n: int = KEY_BLOCK) -> int:
     """How many ways to split each tile's keys so that ``num_programs`` tiles
-    fill the GPU: a power of two, at most one split per BLOCK_N keys."""
+    fill the GPU: a power of two, no more than the BLOCK_N-key steps of the
+    longest walk (rounded up: a short walk split finer ends sooner)."""
+    steps = triton.next_power_of_2(max(triton.cdiv(max_keys, block_n), 1))
     splits = 1
-    while (
-        splits < MAX_SPLITS
-        and num_programs * splits * 2 <= TARGET_PROGRAMS
-        and splits * 2 * block_n <= max_keys
-    ):
+    while splits < min(MAX_SPLITS, steps) and num_programs * splits * 2 <= TARGET_PROGRAMS:
         splits *= 2
     return splits
 
