@@ -2,9 +2,12 @@
 
 One graph per step shape (``model_runtime.step_inputs``): decode shapes are
 captured for every batch-size bucket when the runner is built, largest first;
-draft first steps and verify steps the first time their shape comes. Prefills
-and mixed batches run eagerly. The graphs share one memory pool; the logits a
-replay returns live in it and are valid until the runner's next forward.
+draft first steps and verify steps the first time their shape comes. Prefills,
+mixed batches and verify steps of more than MAX_GRAPH_TOKENS tokens run
+eagerly. The graphs share one memory pool, taken from what the KV budget
+leaves (``gpu_memory_utilization``'s remainder and the activation reserve);
+each keeps its logits, which a replay returns: they are valid until the
+runner's next forward.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ class StepGraphs:
             step()  # compiles the kernels outside the capture
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: another runner of this process (a draft stepping on
+            # the overlap thread) may allocate and launch while this captures.
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 logits = step()
         self._graphs[shape] = _Graph(graph, logits)

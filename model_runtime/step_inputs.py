@@ -24,6 +24,9 @@ from model_runtime.ops.triton_ops import TritonMetadata
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 # The most new tokens per sequence a shape takes: a verify of 15 drafts.
 MAX_QUERY_LEN = 16
+# The most tokens of a verify shape: each keeps [tokens, vocab] logits alive,
+# and larger verify steps are compute-bound anyway.
+MAX_GRAPH_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,8 @@ def shape_for(batch: HostBatch, buckets: list[int]) -> StepShape | None:
     else:
         return None
     bucket = next(b for b in buckets if b >= size)
-    return StepShape(bucket, longest, every)
+    shape = StepShape(bucket, longest, every)
+    return shape if not every or shape.tokens <= MAX_GRAPH_TOKENS else None
 
 
 @dataclass

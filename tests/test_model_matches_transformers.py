@@ -1,7 +1,8 @@
 """Our Llama-family models give transformers' logits (float32, CPU) for a
-prefill, for decoding token by token through the paged cache, and for one
-ragged batch that mixes a prefill, a decode step and a verify chunk: through
-the PyTorch kernels and through the Triton ones (interpreted on the CPU)."""
+prefill, for decoding token by token through the paged cache, for a batch of
+decode steps, and for one ragged batch that mixes a prefill, a decode step
+and a verify chunk: through the PyTorch kernels and (all but the token-by-token
+decode) through the Triton ones, interpreted on the CPU."""
 
 from __future__ import annotations
 
@@ -88,6 +89,16 @@ def test_ragged_batch_of_prefill_decode_and_verify_matches(
     )
     expected = torch.cat([reference[9:11], reference[13:14], other_reference[9:15]])
     assert_close(logits, expected)
+
+
+def test_a_batch_of_decode_steps_matches(
+    case: tuple[Path, list[int], torch.Tensor], ops: str
+) -> None:
+    folder, tokens, reference = case
+    runner = runner_for(folder, ops)
+    runner.forward([SequenceChunk(1, tokens[:12]), SequenceChunk(2, tokens[:17])])
+    logits = runner.forward([SequenceChunk(1, tokens[12:13]), SequenceChunk(2, tokens[17:18])])
+    assert_close(logits, torch.cat([reference[12:13], reference[17:18]]))
 
 
 def test_half_precision_stays_close_to_float32(qwen3_checkpoint: Path) -> None:

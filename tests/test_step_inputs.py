@@ -23,7 +23,7 @@ from tests.conftest import random_tokens, runner_of
 def runner(qwen3_checkpoint: Path) -> ModelRunner:
     runner = runner_of(qwen3_checkpoint, num_blocks=64, block_size=4, dtype="float32")
     runner.ops = TritonOps(runner.model.num_kv_heads_per_rank)
-    for seq, length in ((1, 9), (2, 5), (3, 13)):
+    for seq, length in ((1, 9), (2, 5), (3, 13), (4, 7)):
         runner.forward([SequenceChunk(seq, random_tokens(length, seq))])
     return runner
 
@@ -33,7 +33,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarn
 
 
 def padded_and_eager(
-    runner: ModelRunner, chunks: list[SequenceChunk], token_ids: torch.Tensor | None = None
+    runner: ModelRunner,
+    chunks: list[SequenceChunk],
+    token_ids: torch.Tensor | None = None,
+    inputs: StepInputs | None = None,
 ) -> tuple[StepShape, torch.Tensor, torch.Tensor]:
     """(shape, padded logits, eager logits), after checking that the padded
     step wrote what the eager one wrote (up to rounding: the matmuls see
@@ -51,7 +54,7 @@ def padded_and_eager(
     shape = shape_for(batch, buckets_up_to(8))
     assert shape is not None
     width = blocks_for(runner.max_positions, cache.block_size)
-    inputs = StepInputs(8, width, runner.device)
+    inputs = inputs or StepInputs(8, width, runner.device)
     inputs.load(shape, batch, token_ids)
     assert isinstance(runner.ops, TritonOps)
     logits = padded_forward(runner.model, cache, runner.ops, inputs, shape, runner.max_positions)
@@ -74,9 +77,31 @@ def test_a_padded_verify_step_gives_the_eager_logits(runner: ModelRunner) -> Non
     chunks = [
         SequenceChunk(1, [3, 4, 5, 6], num_logits=4),
         SequenceChunk(3, [8, 9], num_logits=2),  # fewer drafts: ragged
+        SequenceChunk(4, [10, 11, 12], num_logits=3),
     ]
     shape, padded, eager = padded_and_eager(runner, chunks)
-    assert shape == StepShape(2, 4, True)
+    assert shape == StepShape(4, 4, True)  # a padding sequence and padding tokens
+    assert torch.allclose(padded, eager, atol=1e-5)
+
+
+def test_a_smaller_batch_after_a_larger_one_reads_nothing_stale(runner: ModelRunner) -> None:
+    width = blocks_for(runner.max_positions, runner.kv_cache.block_size)
+    inputs = StepInputs(8, width, runner.device)  # reused, as a replayed graph's are
+    larger = [SequenceChunk(seq, [seq]) for seq in (3, 1, 4, 2)]
+    padded_and_eager(runner, larger, inputs=inputs)
+    for seq in (1, 2, 3, 4):
+        runner.truncate(seq, runner.kv_cache.num_tokens(seq) - 1)
+    shape, padded, eager = padded_and_eager(runner, larger[1:], inputs=inputs)
+    assert shape == StepShape(4, 1, False)
+    assert torch.allclose(padded, eager, atol=1e-5)
+
+
+def test_a_draft_first_step_of_one_or_two_tokens_gives_the_eager_logits(
+    runner: ModelRunner,
+) -> None:
+    chunks = [SequenceChunk(1, [1, 2]), SequenceChunk(2, [3])]
+    shape, padded, eager = padded_and_eager(runner, chunks)
+    assert shape == StepShape(2, 2, False)
     assert torch.allclose(padded, eager, atol=1e-5)
 
 

@@ -90,13 +90,13 @@ def test_paged_attention_matches_the_reference_on_a_ragged_batch(
 
 
 def test_a_sequence_without_new_tokens_is_left_alone() -> None:
-    # Padding rows of a captured batch: query length 0 writes nothing.
+    # A padding sequence of a captured batch: no new tokens, no context.
     pools = ragged_pool([5, 4], 4, 2, 16, torch.float32)
-    q = torch.randn(2, 2, 16)
+    q = torch.randn(1, 2, 16)
     starts = torch.tensor([0, 1, 1], dtype=torch.int32)
-    out = paged_attention(q, *pools, torch.tensor([5, 4]), starts, 1, 0.25, None, 2)
-    expected = attention_reference(q[:1], pools, [5], [1], None)
-    assert (out[:1] - expected).abs().max().item() < 1e-5
+    out = paged_attention(q, *pools, torch.tensor([5, 0]), starts, 1, 0.25, None, 2)
+    expected = attention_reference(q, pools, [5], [1], None)
+    assert (out - expected).abs().max().item() < 1e-5
 
 
 def test_small_batches_split_their_keys_and_large_ones_do_not() -> None:
@@ -135,8 +135,11 @@ def test_rotary_and_cache_rotates_queries_and_writes_keys_and_values(qk_norm: bo
     angles = torch.randn(16, dim // 2).repeat(1, 2)
     cos, sin = angles.cos(), angles.sin()
     norms = (torch.randn(dim), torch.randn(dim)) if qk_norm else (None, None)
-    k_pool, v_pool = torch.zeros(3, 4, kv_heads, dim), torch.zeros(3, 4, kv_heads, dim)
+    # Each pool sits after a guard of one slot, which a write at slot -1 would hit.
+    guarded = torch.zeros(2, 13, kv_heads, dim)
+    k_pool, v_pool = (g[1:].view(3, 4, kv_heads, dim) for g in guarded)
     q_out = rotary_and_cache(qkv, positions, slots, cos, sin, k_pool, v_pool, heads, *norms)
+    assert guarded[:, 0].abs().sum() == 0
 
     q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], -1)
     q, k, v = q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim), v.view(tokens, -1, dim)

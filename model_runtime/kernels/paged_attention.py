@@ -119,7 +119,8 @@ def _attend_tile(
         position = seq_len - q_len + token  # [M]
         dims = tl.arange(0, BLOCK_D)
         dim_ok = dims < HEAD_DIM
-        q_rows = (q_start + token) * stride_qt + head * stride_qh
+        row = (q_start + token).to(tl.int64)  # [M] flat token index; offsets in int64
+        q_rows = row * stride_qt + head * stride_qh
         q = tl.load(
             q_ptr + q_rows[:, None] + dims[None, :],
             mask=row_ok[:, None] & dim_ok[None, :],
@@ -134,7 +135,7 @@ def _attend_tile(
         )  # fmt: skip
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         if NUM_SPLITS == 1:
-            out_rows = (q_start + token) * stride_ot + head * stride_oh
+            out_rows = row * stride_ot + head * stride_oh
             tl.store(
                 out_ptr + out_rows[:, None] + dims[None, :],
                 out.to(out_ptr.dtype.element_ty),
@@ -142,7 +143,7 @@ def _attend_tile(
             )
         else:  # partial results: [T, Hq, NUM_SPLITS, D] and their lse [T, Hq, NUM_SPLITS]
             lse = tl.where(l_i == 0.0, float("-inf"), m_i + tl.math.log2(tl.maximum(l_i, 1e-30)))
-            part = ((q_start + token) * (stride_ot // HEAD_DIM) + head) * NUM_SPLITS + split
+            part = (row * (stride_ot // HEAD_DIM) + head) * NUM_SPLITS + split
             tl.store(part_lse_ptr + part, lse, mask=row_ok)
             tl.store(
                 part_out_ptr + part[:, None] * HEAD_DIM + dims[None, :],
@@ -156,7 +157,7 @@ def _merge_splits(
     out_ptr, part_out_ptr, part_lse_ptr, num_heads,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0)  # token * num_heads + head
+    row = tl.program_id(0).to(tl.int64)  # token * num_heads + head
     splits = tl.arange(0, NUM_SPLITS)
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < HEAD_DIM
