@@ -19,7 +19,7 @@ from router.service_config import RouterConfig
 from specserve.arguments import add_config_arguments, config_from_args
 from specserve.commands.generate import GenerateConfig, generate
 from specserve.commands.serve import ServeConfig
-from specserve.launch import ServiceStartError
+from specserve.launch import ServiceStartError, die_with_parent
 from target_worker import service as target_service
 from target_worker.worker import TargetWorkerConfig
 from worker_base.serve import ServerConfig
@@ -125,6 +125,7 @@ def run_command(argv: list[str] | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in SERVICES:

@@ -18,12 +18,23 @@ from contextlib import contextmanager
 READY = re.compile(r"ready on (\S+:\d+)")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: on Linux, get SIGTERM when the parent dies, so
-    that a killed ``serve --disaggregated`` leaves no workers behind."""
-    if sys.platform.startswith("linux"):
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+# Set by a parent that starts specserve services: the child dies with it.
+PARENT_PID_ENV = "SPECSERVE_PARENT_PID"
+
+
+def die_with_parent() -> None:
+    """In a service started by ``ServiceProcess``: on Linux, get SIGTERM when
+    the parent dies, so that a killed ``serve --disaggregated`` leaves no
+    workers behind. Done in the child itself rather than between fork and
+    exec, where it would make Popen fork for real and run gRPC's fork
+    handlers, which can hang a parent that holds gRPC channels."""
+    parent = os.environ.pop(PARENT_PID_ENV, None)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(parent):  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -60,8 +71,12 @@ class ServiceProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=_die_with_parent,
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                PARENT_PID_ENV: str(os.getpid()),
+                **(env or {}),
+            },
         )
         self.process.output_tail = self.output_tail  # type: ignore[attr-defined]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +38,40 @@ def test_a_storm_of_sigterms_always_ends_the_wait() -> None:
         finally:
             process.kill()
             process.wait()
+
+
+PARENT = """
+import time
+import grpc
+from specserve.launch import ServiceProcess
+channel = grpc.insecure_channel("127.0.0.1:1")  # a parent holding gRPC state
+child = ServiceProcess("draft-worker", "--model", "specserve/demo-draft", "--dtype", "float32")
+child.wait_ready()
+print(child.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_service_dies_with_the_process_that_started_it() -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert parent.stdout is not None
+    try:
+        child = int(parent.stdout.readline())
+    finally:
+        parent.kill()  # no goodbye: SIGKILL
+        parent.wait()
+    deadline = time.monotonic() + 60
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(child), "the service outlived its parent"
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody has reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
