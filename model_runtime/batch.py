@@ -56,21 +56,13 @@ class HostBatch:
     @property
     def one_logit_each(self) -> bool:
         """Whether exactly each sequence's last token has logits (decode, drafting)."""
-        ends = _ends(self.layout.query_lens)
+        ends = self.layout.query_starts[1:]
         return self.logits_indices == [end - 1 for end in ends]
 
     @property
     def every_logit(self) -> bool:
         """Whether every new token has logits (verifying drafts)."""
         return len(self.logits_indices) == len(self.input_ids)
-
-
-def _ends(query_lens: list[int]) -> list[int]:
-    ends, total = [], 0
-    for n in query_lens:
-        total += n
-        ends.append(total)
-    return ends
 
 
 def host_batch(

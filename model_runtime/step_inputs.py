@@ -155,10 +155,7 @@ class StepInputs:
         host[rows + len(batch.logits_indices) : rows + shape.rows] = 0
         host[lens : lens + size] = layout.seq_lens
         host[lens + size : lens + shape.batch] = 0
-        query_starts = [0]
-        for n in layout.query_lens:
-            query_starts.append(query_starts[-1] + n)
-        host[starts : starts + size + 1] = query_starts
+        host[starts : starts + size + 1] = layout.query_starts
         host[starts + size + 1 : starts + shape.batch + 1] = tokens
         flat = [block for table in layout.padded_tables() for block in table]
         host[tables : tables + len(flat)] = flat

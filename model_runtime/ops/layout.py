@@ -4,6 +4,7 @@ any backend turns it into the device tensors its attention reads."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,11 @@ class BatchLayout:
     def seq_lens(self) -> list[int]:
         """[B] tokens each sequence holds once this step's are written."""
         return [s + n for s, n in zip(self.starts, self.query_lens, strict=True)]
+
+    @property
+    def query_starts(self) -> list[int]:
+        """[B + 1] where each sequence's new tokens start among the T, then T."""
+        return list(accumulate(self.query_lens, initial=0))
 
     @property
     def max_query_len(self) -> int:

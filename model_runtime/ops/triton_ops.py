@@ -54,15 +54,12 @@ class TritonOps:
         def tensor(data: list, dtype: torch.dtype = torch.int32) -> torch.Tensor:
             return torch.tensor(data, dtype=dtype, device=device)
 
-        starts = [0]
-        for n in layout.query_lens:
-            starts.append(starts[-1] + n)
         max_q = layout.max_query_len
         return TritonMetadata(
             slot_mapping=tensor(layout.slots, torch.int64),
             block_tables=tensor(layout.padded_tables()),
             seq_lens=tensor(layout.seq_lens),
-            query_starts=tensor(starts),
+            query_starts=tensor(layout.query_starts),
             max_query_len=max_q,
             num_splits=self.num_splits(len(layout.tables), max_q, max(layout.seq_lens)),
         )
