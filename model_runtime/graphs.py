@@ -48,7 +48,7 @@ def padded_forward(
     views = inputs.views(shape, splits)
     context = ForwardContext(kv_cache, views.metadata, ops)
     hidden = model(views.input_ids, views.positions, context, views.logits_rows)
-    return model.compute_logits(hidden)
+    return model.compute_logits(hidden, ops)
 
 
 class StepGraphs:

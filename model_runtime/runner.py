@@ -86,7 +86,7 @@ class ModelRunner:
         captures.
         """
         hidden = self.model(batch.input_ids, batch.positions, batch.context, batch.logits_indices)
-        return self.model.compute_logits(hidden)
+        return self.model.compute_logits(hidden, batch.context.ops)
 
     def truncate(self, seq_id: int, length: int) -> None:
         self.kv_cache.truncate(seq_id, length)

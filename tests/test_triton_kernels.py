@@ -11,6 +11,7 @@ from model_runtime.kernels.activation import silu_and_mul
 from model_runtime.kernels.norm import rms_norm
 from model_runtime.kernels.paged_attention import num_splits_for, paged_attention
 from model_runtime.kernels.rotary_cache import rotary_and_cache
+from model_runtime.kernels.skinny_matmul import MAX_ROWS, TileConfig, skinny_matmul
 from model_runtime.layers.norm import rms_norm_reference
 from model_runtime.layers.rotary import rotate_half
 
@@ -124,6 +125,37 @@ def test_silu_and_mul_gives_the_reference() -> None:
     x = torch.randn(3, 2 * 1500)  # wider than one program's block
     gate, up = x.chunk(2, dim=-1)
     assert torch.allclose(silu_and_mul(x), F.silu(gate) * up, atol=1e-6)
+
+
+# The interpreter multiplies bfloat16 tiles wrongly in tl.dot on the CPU, so
+# the matmul is checked in float32 here and in bfloat16 by the GPU check.
+@pytest.mark.parametrize("rows", [1, 5, MAX_ROWS])
+@pytest.mark.parametrize("bias", [False, True])
+def test_skinny_matmul_gives_the_linear_layer(rows: int, bias: bool) -> None:
+    # 80 outputs over tiles of 32 and 72 inputs over steps of 32: both ragged.
+    x, weight = torch.randn(rows, 72), torch.randn(80, 72)
+    b = torch.randn(80) if bias else None
+    out = skinny_matmul(x, weight, b, TileConfig(block_n=32, block_k=32))
+    torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+
+
+def test_skinny_matmul_reads_rows_with_a_stride() -> None:
+    wide = torch.randn(3, 96)
+    weight = torch.randn(40, 64)
+    out = skinny_matmul(wide[:, :64], weight, tiles=TileConfig(block_n=16, block_k=16))
+    torch.testing.assert_close(out, F.linear(wide[:, :64], weight), rtol=1e-5, atol=1e-5)
+
+
+def test_skinny_matmul_refuses_more_rows_than_it_pads_to() -> None:
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        skinny_matmul(torch.randn(MAX_ROWS + 1, 32), torch.randn(16, 32))
+
+
+def test_skinny_tiles_widen_for_wide_weights() -> None:
+    assert TileConfig.for_shape(1024, 2048) == TileConfig(block_n=32, block_k=256)
+    assert TileConfig.for_shape(151936, 4096) == TileConfig(block_n=64, block_k=128)
+    with pytest.raises(ValueError, match="block_k must be a power of two"):
+        TileConfig(block_k=48)
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])

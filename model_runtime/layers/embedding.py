@@ -14,6 +14,7 @@ from torch import nn
 
 from model_runtime.distributed import TensorParallelGroup
 from model_runtime.layers.linear import copy_checked
+from model_runtime.ops.protocol import Ops
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -54,9 +55,9 @@ class ParallelLMHead(VocabParallelEmbedding):
     """Projects hidden states onto the vocabulary; shares its layout with the
     embedding, so tied checkpoints use one parameter for both."""
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, ops: Ops) -> torch.Tensor:  # type: ignore[override]
         """hidden [N, hidden] -> logits [N, vocab_size]."""
-        logits = F.linear(hidden, self.weight)
+        logits = ops.linear(hidden, self.weight)
         if self.tp.size > 1:
             logits = self.tp.all_gather(logits, dim=-1)
         return logits[:, : self.vocab_size]

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from model_runtime.distributed import TensorParallelGroup
+from model_runtime.ops.protocol import Ops
 
 
 def copy_checked(param: torch.Tensor, loaded: torch.Tensor) -> None:
@@ -59,8 +59,9 @@ class LinearBase(nn.Module):
     ) -> None:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+    def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
+        """x [T, in_per_rank] -> [T, out_per_rank] through the forward's kernels."""
+        return ops.linear(x, self.weight, self.bias)
 
 
 class ColumnParallelLinear(LinearBase):
@@ -160,6 +161,6 @@ class RowParallelLinear(LinearBase):
         else:
             copy_checked(param, _shard(loaded, 1, self.tp, self.in_features))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.tp.all_reduce(F.linear(x, self.weight))
+    def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
+        y = self.tp.all_reduce(ops.linear(x, self.weight))
         return y if self.bias is None else y + self.bias

@@ -27,6 +27,7 @@ from model_runtime.layers.linear import (
 )
 from model_runtime.layers.norm import RMSNorm
 from model_runtime.layers.rotary import RotaryEmbedding, rope_frequencies
+from model_runtime.ops.protocol import Ops
 
 
 class LlamaAttention(nn.Module):
@@ -69,7 +70,8 @@ class LlamaAttention(nn.Module):
         self, positions: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext
     ) -> torch.Tensor:
         """positions [T], hidden [T, hidden_size] -> [T, hidden_size]."""
-        return self.o_proj(self.attn(self.qkv_proj(hidden), positions, ctx))
+        qkv = self.qkv_proj(hidden, ctx.ops)
+        return self.o_proj(self.attn(qkv, positions, ctx), ctx.ops)
 
 
 class LlamaMLP(nn.Module):
@@ -80,7 +82,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = RowParallelLinear(n, config.hidden_size, bias, tp)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        return self.down_proj(ctx.ops.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(ctx.ops.silu_and_mul(self.gate_up_proj(x, ctx.ops)), ctx.ops)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -185,9 +187,9 @@ class LlamaForCausalLM(nn.Module):
         norm = self.model.norm
         return ctx.ops.rms_norm(hidden, norm.weight, norm.eps, residual)[0]
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, hidden: torch.Tensor, ops: Ops) -> torch.Tensor:
         """hidden [N, hidden_size] -> logits [N, vocab_size]."""
-        return self.lm_head(hidden)
+        return self.lm_head(hidden, ops)
 
 
 class MistralForCausalLM(LlamaForCausalLM):

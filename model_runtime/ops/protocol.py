@@ -27,6 +27,11 @@ class Ops(Protocol):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [T, N] (+ residual) -> (normalised sum, the sum) [T, N] each."""
 
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x [T, K] @ weight.T [K, N] (+ bias [N]) -> [T, N]."""
+
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, 2n] = [gate | up] -> silu(gate) * up [T, n]."""
 

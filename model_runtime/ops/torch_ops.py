@@ -93,6 +93,11 @@ class TorchOps:
         summed = x if residual is None else x + residual
         return rms_norm_reference(summed, weight, eps), summed
 
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return F.linear(x, weight, bias)
+
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up

@@ -1,6 +1,7 @@
 """The Triton path: the GPU forward, a handful of kernels per layer.
 
-Per layer: fused residual add + RMSNorm, the q/k/v projection, one kernel for
+Per layer: fused residual add + RMSNorm, the q/k/v projection (the skinny
+matmul for a few rows, the library GEMM for more), one kernel for
 q/k norm + rotary + writing the new keys and values into the pool, paged
 attention reading the pool in place (split across programs for small
 batches), the output projection, fused add + RMSNorm, gate/up, SiLU * up,
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 from model_runtime.kernels.activation import silu_and_mul
 from model_runtime.kernels.norm import rms_norm
 from model_runtime.kernels.paged_attention import num_splits_for, paged_attention
 from model_runtime.kernels.rotary_cache import rotary_and_cache
+from model_runtime.kernels.skinny_matmul import MAX_ROWS, skinny_matmul
 from model_runtime.ops.layout import BatchLayout
 
 if TYPE_CHECKING:
@@ -72,6 +75,15 @@ class TritonOps:
         residual: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return rms_norm(x, weight, eps, residual)
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """A few rows (decode and verify at small batch): the skinny kernel,
+        which beats the library's picks there; more rows: the library GEMM."""
+        if x.shape[0] <= MAX_ROWS and x.stride(-1) == 1:
+            return skinny_matmul(x, weight, bias)
+        return F.linear(x, weight, bias)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         return silu_and_mul(x)
