@@ -24,7 +24,7 @@ class DescribeRouterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RouterInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_model_len", "draft_model", "num_speculative_tokens", "speculating", "num_running", "num_waiting", "kv_cache_usage", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position")
+    __slots__ = ("model", "vocab_size", "max_model_len", "draft_model", "num_speculative_tokens", "speculating", "num_running", "num_waiting", "kv_cache_usage", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "rounds_per_k", "chosen_k")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,8 @@ class RouterInfo(_message.Message):
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_PER_K_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_K_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_model_len: int
@@ -51,7 +53,9 @@ class RouterInfo(_message.Message):
     num_draft_tokens: int
     num_accepted_tokens: int
     accepted_per_position: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draft_model: _Optional[str] = ..., num_speculative_tokens: _Optional[int] = ..., speculating: _Optional[bool] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., num_drafts: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., num_accepted_tokens: _Optional[int] = ..., accepted_per_position: _Optional[_Iterable[int]] = ...) -> None: ...
+    rounds_per_k: _containers.RepeatedScalarFieldContainer[int]
+    chosen_k: int
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draft_model: _Optional[str] = ..., num_speculative_tokens: _Optional[int] = ..., speculating: _Optional[bool] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., num_drafts: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., num_accepted_tokens: _Optional[int] = ..., accepted_per_position: _Optional[_Iterable[int]] = ..., rounds_per_k: _Optional[_Iterable[int]] = ..., chosen_k: _Optional[int] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

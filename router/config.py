@@ -17,6 +17,7 @@ SPECULATIVE_KEYS = (
     "draft_tensor_parallel_size",
     "max_model_len",
     "revision",
+    "adaptive_k",
 )
 
 
@@ -30,8 +31,15 @@ class SpeculativeConfig:
     draft_tensor_parallel_size: int = 1
     max_model_len: int | None = None
     revision: str | None = None
+    # Choose k in 0..num_speculative_tokens each round from measured acceptance
+    # and step costs (router/adaptive.py); False pins k = num_speculative_tokens.
+    adaptive_k: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.adaptive_k, bool):
+            raise ValueError(
+                f"speculative_config adaptive_k must be true or false, got {self.adaptive_k!r}"
+            )
         if self.method != "draft_model":
             raise ValueError(
                 f"speculative_config method {self.method!r} is not supported; "

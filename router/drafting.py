@@ -36,6 +36,7 @@ Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
 @dataclass
 class _Call:
     draft: int
+    k: int
     seqs: list[SequenceState]
     num_tokens: list[int]  # of each sequence when planned
     requests: list[ProposeRequest]
@@ -59,9 +60,9 @@ class Drafter:
         self._executor = ThreadPoolExecutor(1, "draft-overlap") if overlap else None
         self._in_flight: dict[int, _Plan] = {}  # micro-batch -> its proposals on the way
 
-    def propose(self, seqs: list[SequenceState]) -> dict[int, Draft]:
-        """Drafts for ``seqs``, now."""
-        plan = self._plan(seqs)
+    def propose(self, seqs: list[SequenceState], k: int | None = None) -> dict[int, Draft]:
+        """``k`` drafts (the drafter's k by default) for each of ``seqs``, now."""
+        plan = self._plan(seqs, self.k if k is None else k)
         self._call(plan)
         return self._apply(plan, set(map(id, seqs)))
 
@@ -70,7 +71,7 @@ class Drafter:
         assert self._executor is not None, "start() needs a drafter built with overlap"
         if micro_batch in self._in_flight or not seqs:
             return
-        plan = self._plan(seqs)
+        plan = self._plan(seqs, self.k)
         plan.future = self._executor.submit(self._call, plan)
         self._in_flight[micro_batch] = plan
 
@@ -83,7 +84,7 @@ class Drafter:
         plan.future.result()
         return self._apply(plan, set(map(id, seqs)))
 
-    def _plan(self, seqs: list[SequenceState]) -> _Plan:
+    def _plan(self, seqs: list[SequenceState], k: int) -> _Plan:
         up = self.pool.up()
         if not up:
             return _Plan()
@@ -95,7 +96,7 @@ class Drafter:
                 load[seq.draft_worker] += 1
         groups: dict[int, list[SequenceState]] = {d: [] for d in up}
         for seq in seqs:
-            if seq.num_tokens + self.k - 1 > max_len:
+            if seq.num_tokens + k - 1 > max_len:
                 continue  # longer than the draft model can hold: decoded without drafts
             if seq.draft_worker not in load:  # new, or its draft worker was lost
                 seq.draft_worker = min(up, key=lambda d: load[d])
@@ -108,6 +109,7 @@ class Drafter:
                 plan.calls.append(
                     _Call(
                         draft,
+                        k,
                         group,
                         [s.num_tokens for s in group],
                         [
@@ -131,7 +133,7 @@ class Drafter:
 
     def _call_one(self, call: _Call) -> None:
         try:
-            call.result = self.pool.workers[call.draft].propose(call.requests, self.k)
+            call.result = self.pool.workers[call.draft].propose(call.requests, call.k)
         except WorkerUnavailableError as e:
             call.result = e
 
@@ -158,7 +160,7 @@ class Drafter:
                 if p.status.code == StatusCode.NOT_FOUND:
                     seq.draft_cached = 0  # re-prefilled on the draft next round
                 if p.status.ok:
-                    seq.draft_cached = seq.num_tokens + self.k - 1
+                    seq.draft_cached = seq.num_tokens + call.k - 1
                     drafts[seq.seq_id] = (p.token_ids, p.draft_ids, p.draft_probs)
             # A sequence released (finished, aborted, preempted) while its proposal
             # was on the way may have been created again there: release it again.

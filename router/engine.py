@@ -4,9 +4,10 @@ finished completions out, over worker clients in this process or over gRPC.
 Each ``step`` admits waiting sequences while a target worker's KV cache has
 room, placing each on the least-loaded target (where its KV then lives) and
 prefilling it there; then it runs one round for every running sequence: each
-draft worker proposes k tokens for its share of the batch, each target worker
-verifies its share in one forward (``router.drafting``, ``router.verifying``),
-and each sequence gains 1..k+1 tokens. Sequences that finish leave at once; a
+draft worker proposes k tokens for its share of the batch (k chosen per round
+when adaptive: ``router.rounds``), each target worker verifies its share in
+one forward (``router.drafting``, ``router.verifying``), and each sequence
+gains 1..k+1 tokens. Sequences that finish leave at once; a
 sequence that cannot grow is preempted (its KV freed on both workers) and
 recomputed from its tokens later.
 
@@ -30,12 +31,14 @@ from model_runtime.errors import WorkerUnavailableError
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.status import StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
+from router.adaptive import KChooser
 from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
-from router.drafting import Draft, Drafter
+from router.drafting import Drafter
 from router.metrics import EngineStats, SpeculationMetrics, StatsLog
 from router.params import SamplingParams
 from router.pool import WorkerPool
+from router.rounds import Rounds
 from router.scheduler import Scheduler
 from router.sequence import SequenceState, check_prompt, new_sequences
 from router.verifying import Verifier
@@ -57,7 +60,9 @@ class LLMEngine:
         self.drafts = WorkerPool(self.workers.drafts, "draft")
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
-        self._turn = 0  # the micro-batch to verify next, with overlap
+        adaptive = bool(config.speculative and config.speculative.adaptive_k)
+        chooser = KChooser(self.k) if adaptive and not config.overlap else None
+        self.rounds = Rounds(self.drafter, self.verifier, self.metrics, chooser, config.overlap)
         max_seqs = config.runner.max_num_seqs
         self.scheduler = Scheduler.within(
             self.targets.infos, workers.block_size, self.k, self.max_model_len, max_seqs
@@ -203,24 +208,9 @@ class LLMEngine:
         self.waiting.appendleft(seq)
 
     def _round(self, finished: list[SequenceState]) -> None:
-        if not self.k:
-            self._verify_all(list(self.running), {}, finished)
-        elif not self.config.overlap:
-            self._verify_all(list(self.running), self.drafter.propose(list(self.running)), finished)
-        else:
-            # Two micro-batches: verify one while the draft pool proposes for the other.
-            groups = {m: [s for s in self.running if s.micro_batch == m] for m in (0, 1)}
-            now = self._turn if groups[self._turn] else 1 - self._turn
-            drafts = self.drafter.collect(now, groups[now])
-            self.drafter.start(1 - now, groups[1 - now])
-            self._verify_all(groups[now], drafts, finished)
-            self._turn = 1 - now
-
-    def _verify_all(
-        self, seqs: list[SequenceState], drafts: dict[int, Draft], finished: list[SequenceState]
-    ) -> None:
-        """Verify every sequence on its target worker and apply what comes back."""
-        for share in self.verifier.verify(seqs, drafts):
+        """Draft and verify one round, and apply what comes back."""
+        shares, drafts = self.rounds.run(self.running)
+        for share in shares:
             if isinstance(share.outputs, WorkerUnavailableError):
                 self.targets.lose(share.target, share.outputs)
                 self._move_off(share.seqs)
@@ -249,7 +239,7 @@ class LLMEngine:
             seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
         if k:
             seq.counts.record(k, out.num_accepted_drafts)
-            self.metrics.record(k, out.num_accepted_drafts)
+            self.rounds.accepted(k, out.num_accepted_drafts)
         self._append(seq, out.token_ids, out.logprobs, finished)
 
     def _append(

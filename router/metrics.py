@@ -15,17 +15,27 @@ from prometheus_client.registry import Collector
 @dataclass
 class SpeculationMetrics:
     """Drafts (rounds that verified drafts), draft tokens, accepted tokens, and
-    how often the draft at each position was accepted."""
+    how often the draft at each position was accepted; and how many rounds ran
+    with each k (chosen per round when adaptive), and the latest k."""
 
     num_speculative_tokens: int
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    rounds_per_k: list[int] = field(default_factory=list)
+    chosen_k: int = 0
 
     def __post_init__(self) -> None:
         if not self.accepted_per_position:
             self.accepted_per_position = [0] * self.num_speculative_tokens
+        if not self.rounds_per_k:
+            self.rounds_per_k = [0] * (self.num_speculative_tokens + 1)
+
+    def record_round(self, k: int) -> None:
+        """A round ran with ``k`` drafts per sequence."""
+        self.rounds_per_k[k] += 1
+        self.chosen_k = k
 
     def record(self, num_draft_tokens: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -35,7 +45,11 @@ class SpeculationMetrics:
             self.accepted_per_position[position] += 1
 
     def copy(self) -> SpeculationMetrics:
-        return replace(self, accepted_per_position=list(self.accepted_per_position))
+        return replace(
+            self,
+            accepted_per_position=list(self.accepted_per_position),
+            rounds_per_k=list(self.rounds_per_k),
+        )
 
     @property
     def acceptance_rate(self) -> float:
@@ -55,6 +69,8 @@ class SpeculationMetrics:
             "accepted_per_position": list(self.accepted_per_position),
             "acceptance_rate": self.acceptance_rate,
             "mean_acceptance_length": self.mean_acceptance_length,
+            "rounds_per_k": list(self.rounds_per_k),
+            "chosen_k": self.chosen_k,
         }
 
     def summary(self) -> str:
@@ -62,7 +78,7 @@ class SpeculationMetrics:
             f"speculation: acceptance rate {self.acceptance_rate:.1%}, mean acceptance length "
             f"{self.mean_acceptance_length:.2f}, drafts {self.num_drafts}, draft tokens "
             f"{self.num_draft_tokens}, accepted {self.num_accepted_tokens}, per position "
-            f"{self.accepted_per_position}"
+            f"{self.accepted_per_position}, rounds per k {self.rounds_per_k}"
         )
 
 
@@ -110,14 +126,29 @@ class EngineCollector(Collector):
             ("accepted_tokens", m.num_accepted_tokens, "draft tokens accepted"),
         ):
             yield CounterMetricFamily(f"specserve_spec_decode_num_{name}", text, value=value)
-        per_position = CounterMetricFamily(
+        yield _per_index(
             "specserve_spec_decode_num_accepted_tokens_per_pos",
             "draft tokens accepted at each draft position",
-            labels=["position"],
+            "position",
+            m.accepted_per_position,
         )
-        for position, count in enumerate(m.accepted_per_position):
-            per_position.add_metric([str(position)], count)
-        yield per_position
+        yield _per_index(
+            "specserve_spec_decode_num_rounds_per_k",
+            "rounds run with k drafts per sequence (k chosen per round when adaptive)",
+            "k",
+            m.rounds_per_k,
+        )
+        yield GaugeMetricFamily(
+            "specserve_spec_decode_chosen_k", "drafts per sequence in the latest round", m.chosen_k
+        )
+
+
+def _per_index(name: str, text: str, label: str, counts: list[int]) -> CounterMetricFamily:
+    """A counter with one sample per index of ``counts``, labelled by the index."""
+    family = CounterMetricFamily(name, text, labels=[label])
+    for index, count in enumerate(counts):
+        family.add_metric([str(index)], count)
+    return family
 
 
 class StatsLog:

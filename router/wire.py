@@ -112,6 +112,8 @@ def router_info(
         num_draft_tokens=m.num_draft_tokens,
         num_accepted_tokens=m.num_accepted_tokens,
         accepted_per_position=m.accepted_per_position,
+        rounds_per_k=m.rounds_per_k,
+        chosen_k=m.chosen_k,
     )
 
 
@@ -127,5 +129,7 @@ def stats_from_info(m: rpb.RouterInfo) -> EngineStats:
             num_draft_tokens=m.num_draft_tokens,
             num_accepted_tokens=m.num_accepted_tokens,
             accepted_per_position=list(m.accepted_per_position),
+            rounds_per_k=list(m.rounds_per_k),
+            chosen_k=m.chosen_k,
         ),
     )

@@ -47,6 +47,10 @@ def test_method_defaults_to_draft_model() -> None:
         ({"num_speculative_tokens": 2}, 'needs "model"'),
         ({"model": "m"}, "needs num_speculative_tokens"),
         ("not a dict", "must be a JSON object"),
+        (
+            {"model": "m", "num_speculative_tokens": 2, "adaptive_k": "no"},
+            "adaptive_k must be true or false",
+        ),
     ],
 )
 def test_a_malformed_config_names_what_is_wrong(config: object, message: str) -> None:

@@ -1,0 +1,117 @@
+"""Choosing how many tokens to draft each round, so that speculation is used
+only where it raises goodput.
+
+A round of k drafts over B sequences costs k draft steps and one target step
+over B(k + 1) tokens, and gains each sequence E(k) = 1 + sum over i <= k of
+a_1 ... a_i tokens, where a_j is the chance that draft j is accepted when the
+drafts before it were. Decoding alone (k = 0) costs one target step over B
+tokens per token. The chooser measures all of these as rounds run (wall time
+of the draft and verify calls, acceptance per position) and picks the k in
+0..k_max with the most tokens per second.
+
+What it has not measured it learns by probing: every ``probe_every`` rounds
+it drafts one token more than its choice, or one fewer, by turns, so a draft
+that turns good is noticed and the cost of drafting less is known; positions
+never reached borrow the acceptance of the last one measured. Estimates
+decay, so they follow a changing workload.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    probe_every: int = 16  # rounds between probes of one token more
+    decay: float = 0.95  # weight an estimate keeps per new observation
+
+    def __post_init__(self) -> None:
+        if self.probe_every < 1:
+            raise ValueError(f"probe_every must be >= 1, got {self.probe_every}")
+        if not 0.0 < self.decay < 1.0:
+            raise ValueError(f"decay must be in (0, 1), got {self.decay}")
+
+
+def _bucket(n: int) -> int:
+    """Batch sizes and token counts are measured in powers of two."""
+    return max(0, math.ceil(math.log2(max(n, 1))))
+
+
+@dataclass
+class _Average:
+    """Exponentially decaying mean of seconds, keyed by a power-of-two bucket."""
+
+    decay: float
+    values: dict[int, float] = field(default_factory=dict)
+
+    def add(self, n: int, seconds: float) -> None:
+        b = _bucket(n)
+        old = self.values.get(b)
+        self.values[b] = seconds if old is None else self.decay * old + (1 - self.decay) * seconds
+
+    def get(self, n: int) -> float | None:
+        """The estimate for ``n``: its own bucket's, else the nearest measured one's."""
+        if not self.values:
+            return None
+        b = _bucket(n)
+        return self.values[min(self.values, key=lambda known: (abs(known - b), -known))]
+
+
+class KChooser:
+    def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
+        self.k_max = k_max
+        self.config = config
+        self.draft_step_s = _Average(config.decay)  # by batch size
+        self.target_step_s = _Average(config.decay)  # by tokens in the step
+        self.reached = [0.0] * k_max  # decayed counts of drafts at each position
+        self.accepted = [0.0] * k_max
+        self._rounds = 0
+
+    def choose(self, batch: int) -> int:
+        """The k for the next round of ``batch`` sequences."""
+        self._rounds += 1
+        best = self.best(batch)
+        probe, rest = divmod(self._rounds, self.config.probe_every)
+        if rest:
+            return best
+        return min(best + 1, self.k_max) if probe % 2 else max(best - 1, 0)
+
+    def best(self, batch: int) -> int:
+        """The k with the most expected tokens per second (k_max while unmeasured)."""
+        draft = self.draft_step_s.get(batch)
+        if draft is None or self.target_step_s.get(batch) is None or not self.reached[0]:
+            return self.k_max
+        return max(range(self.k_max + 1), key=lambda k: self.goodput(batch, k))
+
+    def goodput(self, batch: int, k: int) -> float:
+        """Expected tokens per second per sequence for a round of ``k`` drafts."""
+        verify = self.target_step_s.get(batch * (k + 1)) or 0.0
+        draft = (self.draft_step_s.get(batch) or 0.0) * k
+        return self.expected_tokens(k) / max(verify + draft, 1e-9)
+
+    def expected_tokens(self, k: int) -> float:
+        """E(k): tokens a round of k drafts gains, from the measured acceptance."""
+        total, chance, rate = 1.0, 1.0, 0.0
+        for j in range(k):
+            if self.reached[j]:
+                rate = self.accepted[j] / self.reached[j]
+            chance *= rate  # positions never reached keep the last measured rate
+            total += chance
+        return total
+
+    def observe_round(self, batch: int, k: int, draft_s: float, verify_s: float) -> None:
+        """Wall time of one round: ``k`` draft steps, then a verify over batch * (k + 1) tokens."""
+        if k:
+            self.draft_step_s.add(batch, draft_s / k)
+        self.target_step_s.add(batch * (k + 1), verify_s)
+
+    def observe_acceptance(self, k: int, accepted: int) -> None:
+        """One sequence's ``k`` drafts, of which the first ``accepted`` passed."""
+        decay = self.config.decay
+        for j in range(min(k, self.k_max)):
+            if j > accepted:
+                break
+            self.reached[j] = decay * self.reached[j] + 1
+            self.accepted[j] = decay * self.accepted[j] + (j < accepted)

@@ -1,0 +1,71 @@
+"""Which sequences a round verifies, with how many drafts each.
+
+Without overlap a round drafts k tokens for every running sequence and then
+verifies them all; when adaptive, k is chosen for the round by the
+``KChooser`` (router/adaptive.py) from what earlier rounds cost and gained,
+except that a round holding a seeded sampling request keeps the configured k
+(a seeded sample depends on the rounds it was drafted in, so its output
+would otherwise depend on its neighbours). With overlap the running
+sequences ride in two micro-batches: a round verifies one while the draft
+pool proposes for the other, always with the configured k.
+"""
+
+from __future__ import annotations
+
+import time
+
+from router.adaptive import KChooser
+from router.drafting import Draft, Drafter
+from router.metrics import SpeculationMetrics
+from router.sequence import SequenceState
+from router.verifying import Verified, Verifier
+
+
+class Rounds:
+    def __init__(
+        self,
+        drafter: Drafter,
+        verifier: Verifier,
+        metrics: SpeculationMetrics,
+        chooser: KChooser | None,
+        overlap: bool,
+    ):
+        self.drafter = drafter
+        self.verifier = verifier
+        self.metrics = metrics
+        self.chooser = chooser
+        self.overlap = overlap
+        self.k = drafter.k
+        self._turn = 0  # the micro-batch to verify next, with overlap
+
+    def run(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
+        """Draft and verify one round: the verified shares, and the drafts by sequence id."""
+        if self.overlap and self.k:
+            return self._overlapped(running)
+        seqs = list(running)
+        seeded = any(s.options.seed is not None and not s.options.greedy for s in seqs)
+        k = self.k if self.chooser is None or seeded else self.chooser.choose(len(seqs))
+        start = time.perf_counter()
+        drafts = self.drafter.propose(seqs, k) if k else {}
+        drafted = time.perf_counter()
+        shares = self.verifier.verify(seqs, drafts)
+        k = k if drafts else 0
+        self.metrics.record_round(k)
+        if self.chooser is not None:
+            self.chooser.observe_round(len(seqs), k, drafted - start, time.perf_counter() - drafted)
+        return shares, drafts
+
+    def accepted(self, k: int, num_accepted: int) -> None:
+        """A sequence's ``k`` drafts came back with the first ``num_accepted`` passed."""
+        self.metrics.record(k, num_accepted)
+        if self.chooser is not None:
+            self.chooser.observe_acceptance(k, num_accepted)
+
+    def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
+        groups = {m: [s for s in running if s.micro_batch == m] for m in (0, 1)}
+        now = self._turn if groups[self._turn] else 1 - self._turn
+        drafts = self.drafter.collect(now, groups[now])
+        self.drafter.start(1 - now, groups[1 - now])
+        self._turn = 1 - now
+        self.metrics.record_round(self.k)
+        return self.verifier.verify(groups[now], drafts), drafts

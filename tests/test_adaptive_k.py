@@ -1,0 +1,129 @@
+"""Adaptive k: each round drafts as many tokens as pay for themselves, from
+the acceptance and the step costs measured so far."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.adaptive import AdaptiveConfig, KChooser
+from specserve import LLM, SamplingParams
+
+NEVER_PROBE = AdaptiveConfig(probe_every=10**9)
+
+
+def measured(
+    acceptance: float, draft_s: float, verify_s: dict[int, float], k_max: int = 5
+) -> KChooser:
+    """A chooser that has seen rounds at every k, with step times by tokens."""
+    chooser = KChooser(k_max, NEVER_PROBE)
+    for tokens, seconds in verify_s.items():
+        chooser.target_step_s.add(tokens, seconds)
+    for batch in (1, 64):
+        chooser.draft_step_s.add(batch, draft_s)
+    for j in range(k_max):
+        chooser.reached[j], chooser.accepted[j] = 100.0, 100.0 * acceptance
+    return chooser
+
+
+def test_before_measuring_anything_it_drafts_the_most() -> None:
+    assert KChooser(5).choose(batch=1) == 5
+
+
+def test_expected_tokens_follow_the_acceptance_per_position() -> None:
+    chooser = KChooser(3)
+    for j, rate in enumerate([0.5, 0.5, 0.5]):
+        chooser.reached[j], chooser.accepted[j] = 10.0, 10.0 * rate
+    assert chooser.expected_tokens(3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert chooser.expected_tokens(0) == 1.0
+
+
+def test_positions_never_reached_borrow_the_last_measured_rate() -> None:
+    chooser = KChooser(4)
+    chooser.reached[0], chooser.accepted[0] = 10.0, 8.0
+    assert chooser.expected_tokens(3) == pytest.approx(1 + 0.8 + 0.64 + 0.512)
+
+
+def test_drafts_that_are_never_accepted_are_not_drafted() -> None:
+    chooser = measured(0.0, draft_s=0.001, verify_s={1: 0.005, 6: 0.005})
+    assert chooser.best(batch=1) == 0
+
+
+def test_cheap_drafts_that_are_accepted_are_drafted_to_the_limit() -> None:
+    chooser = measured(0.95, draft_s=0.0002, verify_s={1: 0.005, 6: 0.005})
+    assert chooser.best(batch=1) == 5
+
+
+def test_a_large_batch_whose_verify_grows_with_k_drafts_fewer() -> None:
+    # At batch 1 a verify costs a decode step; at batch 64 every draft token
+    # adds to it, as when the target's step becomes compute-bound.
+    verify = {1: 0.005, 2: 0.005, 4: 0.005, 8: 0.005, 64: 0.006}
+    verify.update({128: 0.009, 256: 0.015, 512: 0.027})
+    chooser = measured(0.6, draft_s=0.0008, verify_s=verify)
+    assert chooser.best(batch=1) > chooser.best(batch=64)
+
+
+def test_acceptance_is_counted_up_to_the_first_rejection() -> None:
+    chooser = KChooser(4)
+    chooser.observe_acceptance(4, accepted=2)  # drafts 1, 2 passed, 3 failed, 4 unseen
+    assert chooser.reached == [1.0, 1.0, 1.0, 0.0]
+    assert chooser.accepted == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
+    chooser = measured(0.6, draft_s=0.0008, verify_s={1: 0.005, 4: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=4)
+    best = chooser.best(batch=1)
+    assert 0 < best < 5
+    picks = [chooser.choose(batch=1) for _ in range(8)]
+    assert picks == [best, best, best, best + 1, best, best, best, best - 1]
+
+
+def test_the_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="probe_every must be >= 1"):
+        AdaptiveConfig(probe_every=0)
+    with pytest.raises(ValueError, match="decay must be in"):
+        AdaptiveConfig(decay=1.0)
+
+
+def make_llm(adaptive_k: bool) -> LLM:
+    spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 3, "adaptive_k": adaptive_k}
+    return LLM("specserve/demo-target", dtype="float32", max_model_len=256, speculative_config=spec)
+
+
+def test_pinned_k_drafts_the_configured_number_every_round() -> None:
+    llm = make_llm(adaptive_k=False)
+    llm.generate(["def f(x):"], SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)
+    metrics = llm.get_metrics()
+    rounds = metrics["rounds_per_k"]
+    assert rounds[:3] == [0, 0, 0] and rounds[3] > 0
+    assert metrics["chosen_k"] == 3
+
+
+def test_adaptive_k_reports_the_k_of_every_round_and_keeps_greedy_output() -> None:
+    params = SamplingParams(temperature=0, max_tokens=24)
+    pinned = make_llm(adaptive_k=False).generate(["def f(x):"], params, use_tqdm=False)
+    llm = make_llm(adaptive_k=True)
+    adaptive = llm.generate(["def f(x):"], params, use_tqdm=False)
+    assert adaptive[0].outputs[0].token_ids == pinned[0].outputs[0].token_ids
+    metrics = llm.get_metrics()
+    assert len(metrics["rounds_per_k"]) == 4 and sum(metrics["rounds_per_k"]) > 0
+    assert 0 <= metrics["chosen_k"] <= 3
+
+
+def test_a_seeded_sampling_request_keeps_the_configured_k() -> None:
+    llm = make_llm(adaptive_k=True)
+    llm.engine.rounds.chooser.best = lambda batch: 0  # type: ignore[union-attr, method-assign]
+    params = SamplingParams(temperature=0.8, seed=7, max_tokens=16)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    rounds = llm.get_metrics()["rounds_per_k"]
+    assert rounds[0] == 0 and rounds[3] > 0
+
+
+def test_the_rounds_per_k_cross_the_routers_wire() -> None:
+    from router.metrics import EngineStats, SpeculationMetrics
+    from router.wire import router_info, stats_from_info
+
+    metrics = SpeculationMetrics(3, rounds_per_k=[4, 0, 2, 9], chosen_k=2)
+    stats = EngineStats(True, 1, 0, 0.5, metrics)
+    back = stats_from_info(router_info("m", 10, 64, "d", 3, stats)).speculation
+    assert back.rounds_per_k == [4, 0, 2, 9] and back.chosen_k == 2
