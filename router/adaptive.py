@@ -68,9 +68,19 @@ class KChooser:
         self.reached = [0.0] * k_max  # decayed counts of drafts at each position
         self.accepted = [0.0] * k_max
         self._rounds = 0
+        self.pinned: int | None = None
+
+    def pin(self, k: int | None) -> None:
+        """Draft exactly ``k`` tokens every round from now on (None: choose again);
+        what rounds cost and gain is still measured."""
+        if k is not None and not 0 <= k <= self.k_max:
+            raise ValueError(f"k must be in 0..{self.k_max}, got {k}")
+        self.pinned = k
 
     def choose(self, batch: int) -> int:
         """The k for the next round of ``batch`` sequences."""
+        if self.pinned is not None:
+            return self.pinned
         self._rounds += 1
         best = self.best(batch)
         probe, rest = divmod(self._rounds, self.config.probe_every)

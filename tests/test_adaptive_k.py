@@ -78,6 +78,16 @@ def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
     assert picks == [best, best, best, best + 1, best, best, best, best - 1]
 
 
+def test_a_pinned_k_is_drafted_every_round_until_unpinned() -> None:
+    chooser = measured(0.0, draft_s=0.001, verify_s={1: 0.005})
+    chooser.pin(4)
+    assert [chooser.choose(batch=1) for _ in range(40)] == [4] * 40
+    chooser.pin(None)
+    assert chooser.choose(batch=1) == 0
+    with pytest.raises(ValueError, match="k must be in 0..5"):
+        chooser.pin(6)
+
+
 def test_the_config_is_checked() -> None:
     with pytest.raises(ValueError, match="probe_every must be >= 1"):
         AdaptiveConfig(probe_every=0)

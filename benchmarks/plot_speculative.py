@@ -1,0 +1,97 @@
+"""Plots of a speculative_gpu.py run: speedup over target-only against k (at
+concurrency 1) and against concurrency (best fixed k and adaptive), measured
+beside the theory E / (k c + 1).
+
+    pip install -e ".[bench]"
+    python benchmarks/plot_speculative.py benchmarks/results/speculative_gpu_h200.json
+
+writes ``<name>_vs_k.png`` and ``<name>_vs_concurrency.png`` beside the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E = (1 - a^(k+1)) / (1 - a): tokens per round when each draft passes with chance a."""
+    return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def theory(alpha: float, c: float, k: int) -> float:
+    return expected_tokens(alpha, k) / (k * c + 1)
+
+
+def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pair and concurrency: alpha (measured at k = 1), c, and speedups by k."""
+    target = {int(b): r for b, r in report["target_only"].items()}
+    draft = {int(b): r for b, r in report["draft_only"].items()}
+    out = []
+    for pair in report["pairs"]:
+        for batch in sorted(target):
+            rows = {r["k"]: r for r in pair["rows"] if r["batch"] == batch}
+            alpha = rows[1]["acceptance"] or 0.0
+            c = target[batch] / draft[batch]
+            speedup = {k: r["tokens_per_s"] / target[batch] for k, r in rows.items()}
+            out.append({"wanted": pair["wanted_acceptance"], "batch": batch, "alpha": alpha,
+                        "c": c, "speedup": speedup})  # fmt: skip
+    return out
+
+
+def plot_vs_k(points: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for p in (p for p in points if p["batch"] == 1):
+        ks = [k for k in p["speedup"] if isinstance(k, int) and k > 0]
+        line = ax.plot(ks, [p["speedup"][k] for k in ks], "o-",
+                       label=f"measured, a = {p['alpha']:.2f}")[0]  # fmt: skip
+        ax.plot(ks, [theory(p["alpha"], p["c"], k) for k in ks], "--", color=line.get_color(),
+                label=f"theory, c = {p['c']:.3f}")  # fmt: skip
+        ax.axhline(p["speedup"]["adaptive"], color=line.get_color(), linestyle=":", alpha=0.7)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set(xlabel="k (drafts per round)", ylabel="speedup over target-only",
+           title="Concurrency 1 (dotted: adaptive k)")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def plot_vs_concurrency(points: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for wanted in sorted({p["wanted"] for p in points}):
+        mine = sorted((p for p in points if p["wanted"] == wanted), key=lambda p: p["batch"])
+        batches = [p["batch"] for p in mine]
+        best = [max(v for k, v in p["speedup"].items() if isinstance(k, int)) for p in mine]
+        line = ax.plot(batches, best, "o-", label=f"best fixed k, a = {mine[0]['alpha']:.2f}")[0]
+        ax.plot(batches, [p["speedup"]["adaptive"] for p in mine], "s:", color=line.get_color(),
+                label="adaptive k")  # fmt: skip
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="concurrent requests", ylabel="speedup over target-only")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", type=Path)
+    args = parser.parse_args()
+    points = summary(json.loads(args.report.read_text()))
+    stem = args.report.with_suffix("")
+    plot_vs_k(points, Path(f"{stem}_vs_k.png"))
+    plot_vs_concurrency(points, Path(f"{stem}_vs_concurrency.png"))
+    for p in points:
+        ks = {k: round(v, 2) for k, v in p["speedup"].items()}
+        print(f"a={p['alpha']:.2f} c={p['c']:.3f} batch={p['batch']}: {ks}")
+
+
+if __name__ == "__main__":
+    main()

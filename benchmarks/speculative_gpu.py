@@ -1,0 +1,178 @@
+"""Speculation on one GPU through ``LLM``: speedup over target-only against k
+and against concurrency, for the realistic-shape pair at several acceptances
+(benchmarks/shapes.py), beside the theory E / (k c + 1).
+
+    PYTHONPATH=. python benchmarks/speculative_gpu.py --checkpoints /tmp/ckpt \
+        --acceptance 0.6 0.75 0.9 --out speculative_gpu.json
+
+For each wanted acceptance: the pair is built in memory, the scale s whose
+greedy agreement between draft and target on random text is that acceptance
+is found by bisection, the target at s is written (over the last one) beside
+the draft, and one ``LLM`` with num_speculative_tokens = K_MAX runs greedy
+batches of random prompts at every concurrency with k pinned to 0..K_MAX and
+with k adaptive. Target-only (no draft model) and draft-only runs give the
+step costs: c = draft ms per token / target ms per token at each concurrency.
+The theory uses E = (1 - a^(k+1)) / (1 - a) with a the acceptance measured
+at k = 1. ``--seed-shapes`` adds the Qwen3-0.6B-shape draft beside the
+target (random: acceptance 0, so it prices rounds only). Needs a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.shapes import (
+    SHAPES,
+    bundled_tokenizer,
+    save,
+    save_random_qwen3,
+    set_scale,
+    speculative_pair,
+)
+from specserve import LLM, SamplingParams
+
+K_MAX = 8
+PROMPT_LEN = 64
+
+
+def prompts(batch: int, seed: int) -> list[dict[str, list[int]]]:
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, 100000, (batch, PROMPT_LEN), generator=gen)
+    return [{"prompt_token_ids": row.tolist()} for row in ids]
+
+
+def tokens_per_s(llm: LLM, batch: int, max_tokens: int) -> float:
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    llm.generate(prompts(batch, 0), SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
+    start = time.perf_counter()
+    outs = llm.generate(prompts(batch, 1), params, use_tqdm=False)
+    return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - start)
+
+
+def agreement(target: Any, draft: Any, ids: torch.Tensor) -> float:
+    with torch.no_grad():
+        return (target(ids).logits.argmax(-1) == draft(ids).logits.argmax(-1)).float().mean().item()
+
+
+def calibrate(target: Any, draft: Any, layers: int, wanted: float, base: dict) -> float:
+    """The scale whose greedy agreement on random text is ``wanted`` (bisection)."""
+    ids = torch.randint(1000, 100000, (4, 256), device=target.device)
+    low, high = 0.0, 0.5
+    for _ in range(12):
+        middle = (low + high) / 2
+        set_scale(target, layers, middle, base)
+        low, high = (middle, high) if agreement(target, draft, ids) > wanted else (low, middle)
+    scale = (low + high) / 2
+    set_scale(target, layers, scale, base)
+    return scale
+
+
+def free() -> None:
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def engine_rows(llm: LLM, concurrency: list[int], max_tokens: int) -> list[dict[str, Any]]:
+    """Tokens/s and acceptance at every concurrency for k pinned to 0..K_MAX and adaptive."""
+    chooser = llm.engine.rounds.chooser
+    assert chooser is not None, "the speculative LLM must choose k adaptively"
+    rows = []
+    for k in [None, *range(K_MAX + 1)]:  # adaptive first: it learns from its own rounds only
+        chooser.pin(k)
+        for batch in concurrency:
+            before = llm.engine.metrics.copy()
+            rate = tokens_per_s(llm, batch, max_tokens)
+            after = llm.engine.metrics.copy()
+            drafted = after.num_draft_tokens - before.num_draft_tokens
+            accepted = after.num_accepted_tokens - before.num_accepted_tokens
+            rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
+            rows.append(
+                {"k": "adaptive" if k is None else k, "batch": batch, "tokens_per_s": rate,
+                 "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds}
+            )  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def alone(folder: Path, concurrency: list[int], max_tokens: int) -> dict[int, float]:
+    """Tokens/s of ``folder`` decoding alone at each concurrency."""
+    llm = LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
+    rates = {b: tokens_per_s(llm, b, max_tokens) for b in concurrency}
+    del llm
+    free()
+    return rates
+
+
+def speculative(
+    target: Path, draft: Path, concurrency: list[int], max_tokens: int
+) -> list[dict[str, Any]]:
+    spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
+    llm = LLM(
+        str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
+        speculative_config=spec,
+    )  # fmt: skip
+    rows = engine_rows(llm, concurrency, max_tokens)
+    del llm
+    free()
+    return rows
+
+
+def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """Calibrate every scale first, then write and run the target at each in
+    turn (the pair stays in memory meanwhile: one target on disk at a time);
+    each pair's rows go into ``report["pairs"]`` as they finish."""
+    tokenizer = bundled_tokenizer()
+    target, draft = speculative_pair(SHAPES["qwen3-8b"], args.draft_layers, tokenizer.eos_token_id)
+    draft_dir = save(draft, args.checkpoints / "pair-draft", tokenizer)
+    base: dict = {}
+    scales = [calibrate(target, draft, args.draft_layers, a, base) for a in args.acceptance]
+    for wanted, scale in zip(args.acceptance, scales, strict=True):
+        set_scale(target, args.draft_layers, scale, base)
+        target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
+        print(f"acceptance {wanted}: scale {scale:.4f}", flush=True)
+        rows = speculative(target_dir, draft_dir, args.concurrency, args.max_tokens)
+        report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
+        write(report, args.out)
+
+
+def write(report: dict[str, Any], out: Path | None) -> None:
+    if out:
+        out.write_text(json.dumps(report, indent=1, default=str))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoints", type=Path, required=True)
+    parser.add_argument("--acceptance", nargs="+", type=float, default=[0.6, 0.75, 0.9])
+    parser.add_argument("--draft-layers", type=int, default=4)
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16, 64])
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--seed-shapes", action="store_true")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "args": vars(args)}
+    report["pairs"] = []
+    realistic_pairs(args, report)
+    conc, tokens = args.concurrency, args.max_tokens
+    report["target_only"] = alone(args.checkpoints / "pair-target", conc, tokens)
+    report["draft_only"] = alone(args.checkpoints / "pair-draft", conc, tokens)
+    write(report, args.out)
+    if args.seed_shapes:
+        small = args.checkpoints / "qwen3-0.6b"
+        if not (small / "config.json").exists():
+            save_random_qwen3(small, "qwen3-0.6b")
+        report["seed_draft_only"] = alone(small, conc, tokens)
+        report["seed_shapes"] = speculative(args.checkpoints / "pair-target", small, [1], tokens)
+    write(report, args.out)
+    print(json.dumps({k: v for k, v in report.items() if k != "pairs"}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
