@@ -88,7 +88,7 @@ def engine_local(args: argparse.Namespace) -> tuple[LLMEngine, Workers]:
     """The timed in-process engine, and its workers (to build more engines over)."""
     config = EngineConfig.of(
         args.target,
-        SpeculativeConfig(args.draft, args.k),
+        SpeculativeConfig(args.draft, args.k, adaptive_k=False),
         dtype=args.dtype,
         device=args.device,
         max_model_len=args.max_model_len,
@@ -182,7 +182,9 @@ def measure_rounds(
 ) -> list[dict[str, Any]]:
     """Round time in process and over gRPC, for each batch size."""
     config = EngineConfig.of(
-        args.target, SpeculativeConfig(args.draft, args.k), log_stats_interval_s=None
+        args.target,
+        SpeculativeConfig(args.draft, args.k, adaptive_k=False),
+        log_stats_interval_s=None,
     )
     remote = LLMEngine(config, build_remote_workers([target], [draft]))
     rows = []

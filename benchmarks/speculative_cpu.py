@@ -41,7 +41,11 @@ def timed(generate_one: Callable[[str], int]) -> tuple[float, int]:
 
 
 def ours(k: int | None, max_tokens: int) -> dict:
-    spec = None if k is None else {"model": "specserve/demo-draft", "num_speculative_tokens": k}
+    spec = (
+        None
+        if k is None
+        else {"model": "specserve/demo-draft", "num_speculative_tokens": k, "adaptive_k": False}
+    )
     llm = LLM("specserve/demo-target", speculative_config=spec, dtype="float32", device="cpu")
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 

@@ -36,6 +36,7 @@ from benchmarks.shapes import (
     set_scale,
     speculative_pair,
 )
+from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
 K_MAX = 8
@@ -81,10 +82,16 @@ def free() -> None:
 
 def engine_rows(llm: LLM, concurrency: list[int], max_tokens: int) -> list[dict[str, Any]]:
     """Tokens/s and acceptance at every concurrency for k pinned to 0..K_MAX and adaptive."""
-    chooser = llm.engine.rounds.chooser
-    assert chooser is not None, "the speculative LLM must choose k adaptively"
+    assert llm.engine.rounds.chooser is not None, "the speculative LLM must choose k adaptively"
+    warm_up = SamplingParams(temperature=0, max_tokens=4)
+    for k in range(K_MAX + 1):  # compile and capture every shape before timing any
+        llm.engine.rounds.chooser.pin(k)
+        for batch in concurrency:
+            llm.generate(prompts(batch, 2), warm_up, use_tqdm=False)
+    # Adaptive first, with nothing measured: it learns from its own rounds only.
+    chooser = llm.engine.rounds.chooser = KChooser(K_MAX)
     rows = []
-    for k in [None, *range(K_MAX + 1)]:  # adaptive first: it learns from its own rounds only
+    for k in [None, *range(K_MAX + 1)]:
         chooser.pin(k)
         for batch in concurrency:
             before = llm.engine.metrics.copy()

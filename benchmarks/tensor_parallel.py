@@ -60,7 +60,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 def measure(args: argparse.Namespace, tp: int) -> dict[str, Any]:
     config = EngineConfig.of(
         args.target,
-        SpeculativeConfig(args.draft, args.k),
+        SpeculativeConfig(args.draft, args.k, adaptive_k=False),
         dtype=args.dtype,
         max_model_len=args.max_model_len,
         tensor_parallel_size=tp,

@@ -6,32 +6,39 @@ over B(k + 1) tokens, and gains each sequence E(k) = 1 + sum over i <= k of
 a_1 ... a_i tokens, where a_j is the chance that draft j is accepted when the
 drafts before it were. Decoding alone (k = 0) costs one target step over B
 tokens per token. The chooser measures all of these as rounds run (wall time
-of the draft and verify calls, acceptance per position) and picks the k in
-0..k_max with the most tokens per second.
+of the draft and verify calls, by batch size and by tokens in the step;
+acceptance per position) and picks the k in 0..k_max with the most tokens per
+second.
 
 What it has not measured it learns by probing: every ``probe_every`` rounds
 it drafts one token more than its choice, or one fewer, by turns, so a draft
 that turns good is noticed and the cost of drafting less is known; positions
-never reached borrow the acceptance of the last one measured. Estimates
-decay, so they follow a changing workload.
+never reached borrow the acceptance of the last one measured. Acceptance
+counts decay and step times are the median of the latest few, so both follow
+a changing workload.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    probe_every: int = 16  # rounds between probes of one token more
-    decay: float = 0.95  # weight an estimate keeps per new observation
+    probe_every: int = 16  # rounds between probes of one token more or fewer
+    decay: float = 0.95  # weight the acceptance counts keep per new observation
+    window: int = 8  # step times kept per bucket; their median is the estimate
 
     def __post_init__(self) -> None:
         if self.probe_every < 1:
             raise ValueError(f"probe_every must be >= 1, got {self.probe_every}")
         if not 0.0 < self.decay < 1.0:
             raise ValueError(f"decay must be in (0, 1), got {self.decay}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
 
 
 def _bucket(n: int) -> int:
@@ -40,31 +47,31 @@ def _bucket(n: int) -> int:
 
 
 @dataclass
-class _Average:
-    """Exponentially decaying mean of seconds, keyed by a power-of-two bucket."""
+class _StepTimes:
+    """The latest seconds per power-of-two bucket; the estimate is their median,
+    so one slow round (a first call that compiles or captures) does not count."""
 
-    decay: float
-    values: dict[int, float] = field(default_factory=dict)
+    window: int
+    times: dict[int, deque[float]] = field(default_factory=dict)
 
     def add(self, n: int, seconds: float) -> None:
-        b = _bucket(n)
-        old = self.values.get(b)
-        self.values[b] = seconds if old is None else self.decay * old + (1 - self.decay) * seconds
+        self.times.setdefault(_bucket(n), deque(maxlen=self.window)).append(seconds)
 
     def get(self, n: int) -> float | None:
         """The estimate for ``n``: its own bucket's, else the nearest measured one's."""
-        if not self.values:
+        if not self.times:
             return None
         b = _bucket(n)
-        return self.values[min(self.values, key=lambda known: (abs(known - b), -known))]
+        nearest = min(self.times, key=lambda known: (abs(known - b), -known))
+        return statistics.median(self.times[nearest])
 
 
 class KChooser:
     def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
         self.k_max = k_max
         self.config = config
-        self.draft_step_s = _Average(config.decay)  # by batch size
-        self.target_step_s = _Average(config.decay)  # by tokens in the step
+        self.draft_step_s = _StepTimes(config.window)  # by batch size
+        self.target_step_s = _StepTimes(config.window)  # by tokens in the step
         self.reached = [0.0] * k_max  # decayed counts of drafts at each position
         self.accepted = [0.0] * k_max
         self._rounds = 0

@@ -23,7 +23,7 @@ from model_runtime.runner import ModelRunner
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
-from target_worker.checks import draft_problem
+from target_worker.checks import draft_problems
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
     RejectionInputs,
@@ -81,7 +81,7 @@ class TargetWorker(LocalWorker):
     def _admit(self, requests: Sequence[VerifyRequest]) -> list[SequenceStatus]:
         """Each request's status: its drafts checked, then the sequence admitted
         (its tokens and drafts counted and checked together)."""
-        problems = [draft_problem(r, self.vocab_size) for r in requests]
+        problems = draft_problems(requests, self.vocab_size)
         admitted = iter(
             self.runner.admit(
                 [

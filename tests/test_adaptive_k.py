@@ -84,8 +84,15 @@ def test_a_pinned_k_is_drafted_every_round_until_unpinned() -> None:
     assert [chooser.choose(batch=1) for _ in range(40)] == [4] * 40
     chooser.pin(None)
     assert chooser.choose(batch=1) == 0
-    with pytest.raises(ValueError, match="k must be in 0..5"):
+    with pytest.raises(ValueError, match=r"k must be in 0\.\.5"):
         chooser.pin(6)
+
+
+def test_one_slow_round_does_not_move_the_step_cost() -> None:
+    chooser = KChooser(3)
+    for seconds in (0.005, 0.005, 0.9, 0.005):  # the third compiled a kernel
+        chooser.observe_round(batch=1, k=0, draft_s=0.0, verify_s=seconds)
+    assert chooser.target_step_s.get(1) == 0.005
 
 
 def test_the_config_is_checked() -> None:
@@ -93,6 +100,8 @@ def test_the_config_is_checked() -> None:
         AdaptiveConfig(probe_every=0)
     with pytest.raises(ValueError, match="decay must be in"):
         AdaptiveConfig(decay=1.0)
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        AdaptiveConfig(window=0)
 
 
 def make_llm(adaptive_k: bool) -> LLM:

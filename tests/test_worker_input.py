@@ -129,3 +129,27 @@ def test_one_call_holds_no_more_than_the_batch_limits(target: TargetWorkerStub) 
     target.Release(pb.ReleaseRequest(seq_ids=[*range(100, 106), *range(200, 206)]), timeout=10)
     info = target.Describe(pb.DescribeRequest(), timeout=10)
     assert info.num_free_blocks == info.num_blocks
+
+
+def test_a_batchs_distributions_are_checked_together_each_request_on_its_own() -> None:
+    import torch
+
+    from model_runtime.sampling import SamplingOptions
+    from protos.messages import SequenceTokens, VerifyRequest
+    from target_worker.checks import draft_problems
+
+    def request(ids: list[list[int]], probs: list[list[float]]) -> VerifyRequest:
+        return VerifyRequest(
+            SequenceTokens(1, 0, [3]), SamplingOptions(temperature=1.0), [5] * len(ids),
+            torch.tensor(ids), torch.tensor(probs),
+        )  # fmt: skip
+
+    good = request([[5, 6], [7, 8]], [[0.5, 0.5], [0.9, 0.1]])
+    wide = request([[5, 6, 7]], [[0.2, 0.2, 0.6]])  # another draft worker's top-N
+    over = request([[5, 6, 7]], [[0.9, 0.9, 0.0]])
+    outside = request([[5, 6], [VOCAB, 1]], [[0.5, 0.5], [0.5, 0.5]])
+    greedy = VerifyRequest(SequenceTokens(2, 0, [3]), SamplingOptions(), [5])
+    problems = draft_problems([good, wide, over, outside, greedy], VOCAB)
+    assert problems[0] is None and problems[1] is None and problems[4] is None
+    assert "sum to more than 1" in str(problems[2])
+    assert "token ids outside" in str(problems[3])
