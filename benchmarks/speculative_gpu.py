@@ -80,18 +80,23 @@ def free() -> None:
     torch.cuda.empty_cache()
 
 
-def engine_rows(llm: LLM, concurrency: list[int], max_tokens: int) -> list[dict[str, Any]]:
-    """Tokens/s and acceptance at every concurrency for k pinned to 0..K_MAX and adaptive."""
+def engine_rows(
+    llm: LLM, concurrency: list[int], max_tokens: int, ks: list[int]
+) -> list[dict[str, Any]]:
+    """Tokens/s and acceptance at every concurrency for k adaptive and pinned to each of ``ks``."""
     assert llm.engine.rounds.chooser is not None, "the speculative LLM must choose k adaptively"
-    warm_up = SamplingParams(temperature=0, max_tokens=4)
-    for k in range(K_MAX + 1):  # compile and capture every shape before timing any
+    # Compile and capture every shape before timing any: each k, and adaptive
+    # rounds (whose k changes, and the draft's catch-up with it).
+    for k in [*ks, None]:
         llm.engine.rounds.chooser.pin(k)
         for batch in concurrency:
+            length = max_tokens if k is None else 4
+            warm_up = SamplingParams(temperature=0, max_tokens=length)
             llm.generate(prompts(batch, 2), warm_up, use_tqdm=False)
     # Adaptive first, with nothing measured: it learns from its own rounds only.
     chooser = llm.engine.rounds.chooser = KChooser(K_MAX)
     rows = []
-    for k in [None, *range(K_MAX + 1)]:
+    for k in [None, *ks]:
         chooser.pin(k)
         for batch in concurrency:
             before = llm.engine.metrics.copy()
@@ -118,14 +123,14 @@ def alone(folder: Path, concurrency: list[int], max_tokens: int) -> dict[int, fl
 
 
 def speculative(
-    target: Path, draft: Path, concurrency: list[int], max_tokens: int
+    target: Path, draft: Path, concurrency: list[int], max_tokens: int, ks: list[int]
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
     llm = LLM(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
     )  # fmt: skip
-    rows = engine_rows(llm, concurrency, max_tokens)
+    rows = engine_rows(llm, concurrency, max_tokens, ks)
     del llm
     free()
     return rows
@@ -139,12 +144,14 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
     target, draft = speculative_pair(SHAPES["qwen3-8b"], args.draft_layers, tokenizer.eos_token_id)
     draft_dir = save(draft, args.checkpoints / "pair-draft", tokenizer)
     base: dict = {}
-    scales = [calibrate(target, draft, args.draft_layers, a, base) for a in args.acceptance]
+    scales = args.scales or [
+        calibrate(target, draft, args.draft_layers, a, base) for a in args.acceptance
+    ]
     for wanted, scale in zip(args.acceptance, scales, strict=True):
         set_scale(target, args.draft_layers, scale, base)
         target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
         print(f"acceptance {wanted}: scale {scale:.4f}", flush=True)
-        rows = speculative(target_dir, draft_dir, args.concurrency, args.max_tokens)
+        rows = speculative(target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks)
         report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
         write(report, args.out)
 
@@ -158,9 +165,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoints", type=Path, required=True)
     parser.add_argument("--acceptance", nargs="+", type=float, default=[0.6, 0.75, 0.9])
+    parser.add_argument("--scales", nargs="+", type=float, help="given: no calibration")
     parser.add_argument("--draft-layers", type=int, default=4)
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16, 64])
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--ks", nargs="+", type=int, default=list(range(K_MAX + 1)))
     parser.add_argument("--seed-shapes", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -176,7 +185,8 @@ def main() -> None:
         if not (small / "config.json").exists():
             save_random_qwen3(small, "qwen3-0.6b")
         report["seed_draft_only"] = alone(small, conc, tokens)
-        report["seed_shapes"] = speculative(args.checkpoints / "pair-target", small, [1], tokens)
+        target = args.checkpoints / "pair-target"
+        report["seed_shapes"] = speculative(target, small, [1], tokens, args.ks)
     write(report, args.out)
     print(json.dumps({k: v for k, v in report.items() if k != "pairs"}, indent=1, default=str))
 

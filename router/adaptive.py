@@ -118,9 +118,12 @@ class KChooser:
             total += chance
         return total
 
-    def observe_round(self, batch: int, k: int, draft_s: float, verify_s: float) -> None:
-        """Wall time of one round: ``k`` draft steps, then a verify over batch * (k + 1) tokens."""
-        if k:
+    def observe_round(self, batch: int, k: int, draft_s: float | None, verify_s: float) -> None:
+        """Wall time of one round: ``k`` draft steps, then a verify over batch * (k + 1)
+        tokens. ``draft_s`` is None when the draft also caught up on more tokens
+        than a round leaves behind (a new sequence, or rounds without drafts):
+        that time is not a draft step's."""
+        if k and draft_s is not None:
             self.draft_step_s.add(batch, draft_s / k)
         self.target_step_s.add(batch * (k + 1), verify_s)
 

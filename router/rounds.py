@@ -45,6 +45,8 @@ class Rounds:
         seqs = list(running)
         seeded = any(s.options.seed is not None and not s.options.greedy for s in seqs)
         k = self.k if self.chooser is None or seeded else self.chooser.choose(len(seqs))
+        # After a round with drafts the draft lacks 1 or 2 of a sequence's tokens.
+        steady = all(s.num_tokens - s.draft_cached <= 2 for s in seqs)
         start = time.perf_counter()
         drafts = self.drafter.propose(seqs, k) if k else {}
         drafted = time.perf_counter()
@@ -52,7 +54,8 @@ class Rounds:
         k = k if drafts else 0
         self.metrics.record_round(k)
         if self.chooser is not None:
-            self.chooser.observe_round(len(seqs), k, drafted - start, time.perf_counter() - drafted)
+            draft_s = drafted - start if steady else None
+            self.chooser.observe_round(len(seqs), k, draft_s, time.perf_counter() - drafted)
         return shares, drafts
 
     def accepted(self, k: int, num_accepted: int) -> None:

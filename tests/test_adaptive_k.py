@@ -95,6 +95,14 @@ def test_one_slow_round_does_not_move_the_step_cost() -> None:
     assert chooser.target_step_s.get(1) == 0.005
 
 
+def test_a_round_that_also_caught_the_draft_up_does_not_price_its_steps() -> None:
+    chooser = KChooser(3)
+    chooser.observe_round(batch=1, k=3, draft_s=None, verify_s=0.005)  # a prompt's prefill too
+    assert chooser.draft_step_s.get(1) is None
+    chooser.observe_round(batch=1, k=3, draft_s=0.003, verify_s=0.005)
+    assert chooser.draft_step_s.get(1) == pytest.approx(0.001)
+
+
 def test_the_config_is_checked() -> None:
     with pytest.raises(ValueError, match="probe_every must be >= 1"):
         AdaptiveConfig(probe_every=0)
