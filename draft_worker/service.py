@@ -42,7 +42,7 @@ class DraftWorkerService(WorkerServicer, draft_worker_pb2_grpc.DraftWorkerServic
 def _result(batch: dpb.ProposeBatch, proposals: list[Proposal], free: int) -> dpb.ProposeResult:
     return dpb.ProposeResult(
         batch_id=batch.batch_id,
-        proposals=[convert.proposal_to_proto(p) for p in proposals],
+        proposals=convert.proposals_to_proto(proposals),
         num_free_blocks=free,
     )
 

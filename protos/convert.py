@@ -170,13 +170,28 @@ def propose_batch_from_proto(m: dpb.ProposeBatch) -> list[ProposeRequest]:
     ]
 
 
-def proposal_to_proto(p: Proposal) -> dpb.Proposal:
-    return dpb.Proposal(
-        seq_id=p.seq_id,
-        status=status_to_proto(p.status),
-        token_ids=p.token_ids,
-        draft_probs=distributions_to_proto(p.draft_ids, p.draft_probs),
-    )
+def proposals_to_proto(proposals: Sequence[Proposal]) -> list[dpb.Proposal]:
+    """A batch's proposals; their distributions (on the draft's device) leave it
+    in one copy for the batch, not one per sequence."""
+    with_q = [
+        (p, ids, probs)
+        for p in proposals
+        if (ids := p.draft_ids) is not None and (probs := p.draft_probs) is not None
+    ]
+    on_host: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if with_q and len({ids.shape for _, ids, _ in with_q}) == 1:
+        ids = torch.stack([ids for _, ids, _ in with_q]).cpu()  # [B, k, N]
+        probs = torch.stack([probs for _, _, probs in with_q]).cpu()
+        on_host = {id(p): (i, q) for (p, _, _), i, q in zip(with_q, ids, probs, strict=True)}
+    return [
+        dpb.Proposal(
+            seq_id=p.seq_id,
+            status=status_to_proto(p.status),
+            token_ids=p.token_ids,
+            draft_probs=distributions_to_proto(*on_host.get(id(p), (p.draft_ids, p.draft_probs))),
+        )
+        for p in proposals
+    ]
 
 
 def proposal_from_proto(m: dpb.Proposal) -> Proposal:

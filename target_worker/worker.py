@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
@@ -230,21 +231,30 @@ class TargetWorker(LocalWorker):
             result.logprobs = [next(computed) for _ in range(n_out)]
 
     def _dense_draft_probs(self, batch: Sequence[VerifyRequest], vocab: int) -> torch.Tensor:
-        """q of every draft, dense [T, V]; one-hot where a request sent no q (greedy)."""
-        parts = []
-        for r in batch:
-            k = len(r.draft_token_ids)
-            if not k:
-                continue
-            if r.draft_ids is None or r.draft_probs is None:
-                ids = torch.tensor(r.draft_token_ids, device=self.device).unsqueeze(1)
-                probs = torch.ones(k, 1, device=self.device)
-            else:
-                ids, probs = r.draft_ids.to(self.device), r.draft_probs.to(self.device)
-            parts.append(densify(ids, probs, vocab))
+        """q of every draft, dense [T, V]; one-hot where a request sent no q (greedy).
+
+        The sparse rows are padded to one width and joined where they arrived
+        (the draft's device in process, the host over gRPC), then moved and
+        scattered in one go: no copy or launch per sequence.
+        """
+        parts = [(r.draft_ids, r.draft_probs, r.draft_token_ids) for r in batch]
+        parts = [part for part in parts if part[2]]  # sequences with drafts
         if not parts:
             return torch.zeros(0, vocab, device=self.device)
-        return torch.cat(parts)
+        sent = [ids for ids, probs, _ in parts if ids is not None and probs is not None]
+        home = sent[0].device if sent else torch.device("cpu")
+        width = max((ids.shape[1] for ids in sent), default=1)
+        all_ids, all_probs = [], []
+        for ids, probs, tokens in parts:
+            if ids is None or probs is None:
+                ids = torch.tensor(tokens, device=home).unsqueeze(1)  # [k, 1]
+                probs = torch.ones(len(tokens), 1, device=home)
+            pad = width - ids.shape[1]
+            all_ids.append(F.pad(ids.to(home), (0, pad)))
+            all_probs.append(F.pad(probs.to(home, torch.float32), (0, pad)))
+        ids = torch.cat(all_ids).to(self.device, non_blocking=True)  # [T, width]
+        probs = torch.cat(all_probs).to(self.device, non_blocking=True)
+        return densify(ids, probs, vocab)
 
 
 def _wants_prompt_logprobs(r: VerifyRequest) -> bool:

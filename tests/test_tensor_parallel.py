@@ -88,7 +88,7 @@ def test_greedy_speculation_with_a_tp2_target_equals_tp1(
 
 def test_a_draft_split_over_two_ranks_drafts_as_one(tp1_output: list[list[int]]) -> None:
     # The target drafts for itself: the bundled draft has a single kv head.
-    same = {"model": "specserve/demo-target", "num_speculative_tokens": 4}
+    same = {"model": "specserve/demo-target", "num_speculative_tokens": 4, "adaptive_k": False}
     spec = {**same, "draft_tensor_parallel_size": 2}
     llm = LLM(
         "specserve/demo-target",

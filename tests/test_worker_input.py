@@ -153,3 +153,55 @@ def test_a_batchs_distributions_are_checked_together_each_request_on_its_own() -
     assert problems[0] is None and problems[1] is None and problems[4] is None
     assert "sum to more than 1" in str(problems[2])
     assert "token ids outside" in str(problems[3])
+
+
+def test_the_dense_q_of_a_batch_is_each_requests_own_q_in_order() -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from model_runtime.sampling import SamplingOptions
+    from protos.messages import SequenceTokens, VerifyRequest
+    from target_worker.rejection_sampler import densify
+    from target_worker.worker import TargetWorker
+
+    sampled = SamplingOptions(temperature=1.0)
+    narrow = VerifyRequest(
+        SequenceTokens(1, 0, [3]), sampled, [5, 6],
+        torch.tensor([[5, 9], [6, 2]]), torch.tensor([[0.7, 0.3], [0.6, 0.4]]),
+    )  # fmt: skip
+    wide = VerifyRequest(
+        SequenceTokens(2, 0, [3]), sampled, [7],
+        torch.tensor([[7, 1, 4]]), torch.tensor([[0.5, 0.25, 0.25]]),
+    )  # fmt: skip
+    no_drafts = VerifyRequest(SequenceTokens(3, 0, [3]), sampled)
+    greedy = VerifyRequest(SequenceTokens(4, 0, [3]), SamplingOptions(), [8, 8])
+    worker = SimpleNamespace(device=torch.device("cpu"))
+    dense = TargetWorker._dense_draft_probs(worker, [narrow, wide, no_drafts, greedy], 16)  # type: ignore[arg-type]
+    expected = torch.cat([
+        densify(narrow.draft_ids, narrow.draft_probs, 16),  # type: ignore[arg-type]
+        densify(wide.draft_ids, wide.draft_probs, 16),  # type: ignore[arg-type]
+        densify(torch.tensor([[8], [8]]), torch.ones(2, 1), 16),
+    ])  # fmt: skip
+    assert torch.equal(dense, expected)
+
+
+def test_a_batchs_proposals_keep_their_own_distributions_on_the_wire() -> None:
+    import torch
+
+    from model_runtime.status import OK, SequenceStatus, StatusCode
+    from protos.convert import distributions_from_proto, proposals_to_proto
+    from protos.messages import Proposal
+
+    ids = torch.tensor([[[5, 6], [7, 8]], [[1, 2], [3, 4]]])
+    probs = torch.tensor([[[1.0, 0.0], [0.5, 0.5]], [[0.9, 0.1], [0.2, 0.8]]])
+    proposals = [
+        Proposal(1, OK, [5, 7], ids[0], probs[0]),
+        Proposal(2, SequenceStatus(StatusCode.NOT_FOUND, "gone")),
+        Proposal(3, OK, [1, 4], ids[1], probs[1]),
+    ]
+    wire = proposals_to_proto(proposals)
+    assert [m.seq_id for m in wire] == [1, 2, 3] and not wire[1].draft_probs
+    assert list(wire[0].draft_probs[0].token_ids) == [5]  # zero mass is dropped
+    back_ids, back_probs = distributions_from_proto(wire[2].draft_probs)
+    assert torch.equal(back_ids, ids[1]) and torch.allclose(back_probs, probs[1])  # type: ignore[arg-type]
