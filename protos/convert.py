@@ -105,21 +105,6 @@ def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
     )
 
 
-def distributions_to_proto(
-    ids: torch.Tensor | None, probs: torch.Tensor | None
-) -> list[pb.SparseDistribution]:
-    """[k, N] support and probabilities -> k sparse distributions, zeros dropped."""
-    if ids is None or probs is None:
-        return []
-    out = []
-    for row_ids, row_probs in zip(ids.tolist(), probs.tolist(), strict=True):
-        kept = [(i, p) for i, p in zip(row_ids, row_probs, strict=True) if p > 0]
-        out.append(
-            pb.SparseDistribution(token_ids=[i for i, _ in kept], probs=[p for _, p in kept])
-        )
-    return out
-
-
 def distributions_from_proto(
     rows: Sequence[pb.SparseDistribution],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -143,6 +128,41 @@ def distributions_from_proto(
     ids = torch.tensor(flat_ids, dtype=torch.int64).view(len(rows), width)
     probs = torch.tensor(flat_probs, dtype=torch.float32).view(len(rows), width)
     return ids, probs
+
+
+def pack_distributions(
+    ids: torch.Tensor | None, probs: torch.Tensor | None
+) -> pb.PackedDistributions | None:
+    """[k, N] support and probabilities (on any device) -> one packed message."""
+    if ids is None or probs is None:
+        return None
+    rows, width = ids.shape
+    return pb.PackedDistributions(
+        rows=rows,
+        width=width,
+        token_ids=ids.to("cpu", torch.int32).contiguous().numpy().tobytes(),
+        probs=probs.to("cpu", torch.float32).contiguous().numpy().tobytes(),
+    )
+
+
+def unpack_distributions(m: pb.PackedDistributions) -> tuple[torch.Tensor, torch.Tensor]:
+    """A packed message -> [rows, width] token ids (int64) and probabilities."""
+    size = m.rows * m.width * 4
+    if len(m.token_ids) != size or len(m.probs) != size:
+        raise ValueError(
+            f"packed distributions of {m.rows} x {m.width} need {size} bytes of token ids "
+            f"and of probs, got {len(m.token_ids)} and {len(m.probs)}"
+        )
+    ids = torch.frombuffer(bytearray(m.token_ids), dtype=torch.int32).view(m.rows, m.width)
+    probs = torch.frombuffer(bytearray(m.probs), dtype=torch.float32).view(m.rows, m.width)
+    return ids.long(), probs
+
+
+def received_distributions(
+    packed: pb.PackedDistributions, rows: Sequence[pb.SparseDistribution], has_packed: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The distributions a message carries: packed if it has them, else its sparse rows."""
+    return unpack_distributions(packed) if has_packed else distributions_from_proto(rows)
 
 
 # ----------------------------------------------------------------- draft worker
@@ -188,14 +208,14 @@ def proposals_to_proto(proposals: Sequence[Proposal]) -> list[dpb.Proposal]:
             seq_id=p.seq_id,
             status=status_to_proto(p.status),
             token_ids=p.token_ids,
-            draft_probs=distributions_to_proto(*on_host.get(id(p), (p.draft_ids, p.draft_probs))),
+            packed_probs=pack_distributions(*on_host.get(id(p), (p.draft_ids, p.draft_probs))),
         )
         for p in proposals
     ]
 
 
 def proposal_from_proto(m: dpb.Proposal) -> Proposal:
-    ids, probs = distributions_from_proto(m.draft_probs)
+    ids, probs = received_distributions(m.packed_probs, m.draft_probs, m.HasField("packed_probs"))
     return Proposal(m.seq_id, status_from_proto(m.status), list(m.token_ids), ids, probs)
 
 
@@ -207,12 +227,12 @@ def verify_request_to_proto(r: VerifyRequest) -> tpb.VerifyRequest:
         tokens=tokens_to_proto(r.tokens),
         sampling=sampling_to_proto(r.sampling),
         draft_token_ids=r.draft_token_ids,
-        draft_probs=distributions_to_proto(r.draft_ids, r.draft_probs),
+        packed_probs=pack_distributions(r.draft_ids, r.draft_probs),
     )
 
 
 def verify_request_from_proto(m: tpb.VerifyRequest) -> VerifyRequest:
-    ids, probs = distributions_from_proto(m.draft_probs)
+    ids, probs = received_distributions(m.packed_probs, m.draft_probs, m.HasField("packed_probs"))
     if ids is not None and ids.shape[0] != len(m.draft_token_ids):
         raise ValueError(
             f"sequence {m.tokens.seq_id}: {len(m.draft_token_ids)} drafts but "

@@ -26,16 +26,18 @@ class ProposeBatch(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., sequences: _Optional[_Iterable[_Union[ProposeRequest, _Mapping]]] = ...) -> None: ...
 
 class Proposal(_message.Message):
-    __slots__ = ("seq_id", "status", "token_ids", "draft_probs")
+    __slots__ = ("seq_id", "status", "token_ids", "draft_probs", "packed_probs")
     SEQ_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_PROBS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_PROBS_FIELD_NUMBER: _ClassVar[int]
     seq_id: int
     status: _common_pb2.SequenceStatus
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     draft_probs: _containers.RepeatedCompositeFieldContainer[_common_pb2.SparseDistribution]
-    def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[_common_pb2.SparseDistribution, _Mapping]]] = ...) -> None: ...
+    packed_probs: _common_pb2.PackedDistributions
+    def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[_common_pb2.SparseDistribution, _Mapping]]] = ..., packed_probs: _Optional[_Union[_common_pb2.PackedDistributions, _Mapping]] = ...) -> None: ...
 
 class ProposeResult(_message.Message):
     __slots__ = ("batch_id", "proposals", "num_free_blocks")

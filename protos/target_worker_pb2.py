@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos import common_pb2 as protos_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/target_worker.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"n\n\x0ePrefillRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\"Q\n\x0cPrefillBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12/\n\tsequences\x18\x02 \x03(\x0b\x32\x1c.specserve.v1.PrefillRequest\"\xd2\x01\n\rPrefillOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x10\n\x08token_id\x18\x03 \x01(\x05\x12\x30\n\x07logprob\x18\x04 \x01(\x0b\x32\x1a.specserve.v1.TokenLogprobH\x00\x88\x01\x01\x12\x33\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprobB\n\n\x08_logprob\"h\n\rPrefillResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12,\n\x07outputs\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.PrefillOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\"\xbd\x01\n\rVerifyRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x17\n\x0f\x64raft_token_ids\x18\x03 \x03(\x05\x12\x35\n\x0b\x64raft_probs\x18\x04 \x03(\x0b\x32 .specserve.v1.SparseDistribution\"O\n\x0bVerifyBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\tsequences\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.VerifyRequest\"\xaa\x01\n\x0cVerifyOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x1b\n\x13num_accepted_drafts\x18\x04 \x01(\r\x12,\n\x08logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\"f\n\x0cVerifyResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12+\n\x07outputs\x18\x02 \x03(\x0b\x32\x1a.specserve.v1.VerifyOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r2\xa8\x02\n\x0cTargetWorker\x12\x46\n\x07Prefill\x12\x1a.specserve.v1.PrefillBatch\x1a\x1b.specserve.v1.PrefillResult(\x01\x30\x01\x12\x43\n\x06Verify\x12\x19.specserve.v1.VerifyBatch\x1a\x1a.specserve.v1.VerifyResult(\x01\x30\x01\x12\x46\n\x07Release\x12\x1c.specserve.v1.ReleaseRequest\x1a\x1d.specserve.v1.ReleaseResponse\x12\x43\n\x08\x44\x65scribe\x12\x1d.specserve.v1.DescribeRequest\x1a\x18.specserve.v1.WorkerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/target_worker.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"n\n\x0ePrefillRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\"Q\n\x0cPrefillBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12/\n\tsequences\x18\x02 \x03(\x0b\x32\x1c.specserve.v1.PrefillRequest\"\xd2\x01\n\rPrefillOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x10\n\x08token_id\x18\x03 \x01(\x05\x12\x30\n\x07logprob\x18\x04 \x01(\x0b\x32\x1a.specserve.v1.TokenLogprobH\x00\x88\x01\x01\x12\x33\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprobB\n\n\x08_logprob\"h\n\rPrefillResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12,\n\x07outputs\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.PrefillOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\"\xf6\x01\n\rVerifyRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x17\n\x0f\x64raft_token_ids\x18\x03 \x03(\x05\x12\x35\n\x0b\x64raft_probs\x18\x04 \x03(\x0b\x32 .specserve.v1.SparseDistribution\x12\x37\n\x0cpacked_probs\x18\x05 \x01(\x0b\x32!.specserve.v1.PackedDistributions\"O\n\x0bVerifyBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\tsequences\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.VerifyRequest\"\xaa\x01\n\x0cVerifyOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x1b\n\x13num_accepted_drafts\x18\x04 \x01(\r\x12,\n\x08logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\"f\n\x0cVerifyResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12+\n\x07outputs\x18\x02 \x03(\x0b\x32\x1a.specserve.v1.VerifyOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r2\xa8\x02\n\x0cTargetWorker\x12\x46\n\x07Prefill\x12\x1a.specserve.v1.PrefillBatch\x1a\x1b.specserve.v1.PrefillResult(\x01\x30\x01\x12\x43\n\x06Verify\x12\x19.specserve.v1.VerifyBatch\x1a\x1a.specserve.v1.VerifyResult(\x01\x30\x01\x12\x46\n\x07Release\x12\x1c.specserve.v1.ReleaseRequest\x1a\x1d.specserve.v1.ReleaseResponse\x12\x43\n\x08\x44\x65scribe\x12\x1d.specserve.v1.DescribeRequest\x1a\x18.specserve.v1.WorkerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,13 +41,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREFILLRESULT']._serialized_start=473
   _globals['_PREFILLRESULT']._serialized_end=577
   _globals['_VERIFYREQUEST']._serialized_start=580
-  _globals['_VERIFYREQUEST']._serialized_end=769
-  _globals['_VERIFYBATCH']._serialized_start=771
-  _globals['_VERIFYBATCH']._serialized_end=850
-  _globals['_VERIFYOUTPUT']._serialized_start=853
-  _globals['_VERIFYOUTPUT']._serialized_end=1023
-  _globals['_VERIFYRESULT']._serialized_start=1025
-  _globals['_VERIFYRESULT']._serialized_end=1127
-  _globals['_TARGETWORKER']._serialized_start=1130
-  _globals['_TARGETWORKER']._serialized_end=1426
+  _globals['_VERIFYREQUEST']._serialized_end=826
+  _globals['_VERIFYBATCH']._serialized_start=828
+  _globals['_VERIFYBATCH']._serialized_end=907
+  _globals['_VERIFYOUTPUT']._serialized_start=910
+  _globals['_VERIFYOUTPUT']._serialized_end=1080
+  _globals['_VERIFYRESULT']._serialized_start=1082
+  _globals['_VERIFYRESULT']._serialized_end=1184
+  _globals['_TARGETWORKER']._serialized_start=1187
+  _globals['_TARGETWORKER']._serialized_end=1483
 # @@protoc_insertion_point(module_scope)

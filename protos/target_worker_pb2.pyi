@@ -48,16 +48,18 @@ class PrefillResult(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., outputs: _Optional[_Iterable[_Union[PrefillOutput, _Mapping]]] = ..., num_free_blocks: _Optional[int] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("tokens", "sampling", "draft_token_ids", "draft_probs")
+    __slots__ = ("tokens", "sampling", "draft_token_ids", "draft_probs", "packed_probs")
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_PROBS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_PROBS_FIELD_NUMBER: _ClassVar[int]
     tokens: _common_pb2.SequenceTokens
     sampling: _common_pb2.SamplingParams
     draft_token_ids: _containers.RepeatedScalarFieldContainer[int]
     draft_probs: _containers.RepeatedCompositeFieldContainer[_common_pb2.SparseDistribution]
-    def __init__(self, tokens: _Optional[_Union[_common_pb2.SequenceTokens, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., draft_token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[_common_pb2.SparseDistribution, _Mapping]]] = ...) -> None: ...
+    packed_probs: _common_pb2.PackedDistributions
+    def __init__(self, tokens: _Optional[_Union[_common_pb2.SequenceTokens, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., draft_token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[_common_pb2.SparseDistribution, _Mapping]]] = ..., packed_probs: _Optional[_Union[_common_pb2.PackedDistributions, _Mapping]] = ...) -> None: ...
 
 class VerifyBatch(_message.Message):
     __slots__ = ("batch_id", "sequences")

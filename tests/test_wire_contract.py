@@ -14,7 +14,13 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from model_runtime.sampling import SamplingOptions
 from protos import common_pb2, convert, draft_worker_pb2_grpc, router_pb2, target_worker_pb2
 from protos.generate import PROTO_DIR, generate
-from protos.messages import SequenceStatus, TokenLogprob, VerifyOutput
+from protos.messages import (
+    SequenceStatus,
+    SequenceTokens,
+    TokenLogprob,
+    VerifyOutput,
+    VerifyRequest,
+)
 from protos.server import start_server
 
 
@@ -60,18 +66,39 @@ def test_sparse_distributions_round_trip() -> None:
     assert list(again.token_ids) == [5, 9, 2] and list(again.probs) == [0.5, 0.25, 0.25]
 
 
-def test_draft_distributions_cross_the_wire_without_their_zeros() -> None:
+def test_draft_distributions_cross_the_wire_packed() -> None:
     import torch
 
     ids = torch.tensor([[7, 3, 1], [4, 8, 2]])
     probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
-    rows = convert.distributions_to_proto(ids, probs)
-    assert [len(r.token_ids) for r in rows] == [2, 3]  # the zero is not sent
-    back_ids, back_probs = convert.distributions_from_proto(rows)
-    assert back_probs is not None and back_ids is not None
-    assert torch.equal(back_probs, probs)  # padded back with probability 0
-    assert torch.equal(back_ids[0, :2], ids[0, :2]) and torch.equal(back_ids[1], ids[1])
+    request = VerifyRequest(SequenceTokens(4, 2, [9]), SamplingOptions(), [7, 8], ids, probs)
+    wire = convert.verify_request_to_proto(request)
+    assert not wire.draft_probs and wire.packed_probs.rows == 2
+    again = convert.verify_request_from_proto(
+        target_worker_pb2.VerifyRequest.FromString(wire.SerializeToString())
+    )
+    assert torch.equal(again.draft_ids, ids) and torch.equal(again.draft_probs, probs)  # type: ignore[arg-type]
+
+
+def test_sparse_rows_are_still_read_and_padded_with_zeros() -> None:
+    import torch
+
+    rows = [
+        common_pb2.SparseDistribution(token_ids=[7, 3], probs=[0.5, 0.5]),
+        common_pb2.SparseDistribution(token_ids=[4, 8, 2], probs=[0.25, 0.25, 0.5]),
+    ]
+    wire = target_worker_pb2.VerifyRequest(draft_token_ids=[7, 8], draft_probs=rows)
+    again = convert.verify_request_from_proto(wire)
+    assert again.draft_probs is not None and again.draft_ids is not None
+    assert torch.equal(again.draft_probs, torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]]))
+    assert torch.equal(again.draft_ids[1], torch.tensor([4, 8, 2]))
     assert convert.distributions_from_proto([]) == (None, None)
+
+
+def test_packed_distributions_of_the_wrong_size_are_refused() -> None:
+    short = common_pb2.PackedDistributions(rows=2, width=3, token_ids=b"\0" * 24, probs=b"\0" * 20)
+    with pytest.raises(ValueError, match="need 24 bytes of token ids and of probs, got 24 and 20"):
+        convert.unpack_distributions(short)
 
 
 def test_a_distribution_with_unequal_ids_and_probs_is_refused() -> None:
