@@ -3,8 +3,11 @@ the acceptance and the step costs measured so far."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from model_runtime.random_checkpoint import save_random_checkpoint
 from router.adaptive import AdaptiveConfig, KChooser
 from specserve import LLM, SamplingParams
 
@@ -154,3 +157,17 @@ def test_the_rounds_per_k_cross_the_routers_wire() -> None:
     stats = EngineStats(True, 1, 0, 0.5, metrics)
     back = stats_from_info(router_info("m", 10, 64, "d", 3, stats)).speculation
     assert back.rounds_per_k == [4, 0, 2, 9] and back.chosen_k == 2
+
+
+def test_a_draft_that_is_never_accepted_is_mostly_not_run(tmp_path: Path) -> None:
+    # Two random models: the draft (another seed) guesses the target's tokens
+    # about never, so every draft token costs time and gains nothing.
+    target = save_random_checkpoint(tmp_path / "target", seed=0)
+    draft = save_random_checkpoint(tmp_path / "draft", seed=1)
+    spec = {"model": str(draft), "num_speculative_tokens": 4}
+    llm = LLM(str(target), dtype="float32", max_model_len=256, speculative_config=spec)
+    params = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
+    llm.generate([{"prompt_token_ids": [5, 6, 7, 8]}], params, use_tqdm=False)
+    rounds = llm.get_metrics()["rounds_per_k"]
+    assert isinstance(rounds, list)
+    assert rounds[0] > sum(rounds) / 2  # after the first rounds, only probes draft
