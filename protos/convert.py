@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from model_runtime.logprobs import TokenLogprob
@@ -133,15 +134,16 @@ def distributions_from_proto(
 def pack_distributions(
     ids: torch.Tensor | None, probs: torch.Tensor | None
 ) -> pb.PackedDistributions | None:
-    """[k, N] support and probabilities (on any device) -> one packed message."""
-    if ids is None or probs is None:
+    """[k, N] support and probabilities (on any device) -> one packed message
+    (None for no distributions, k = 0 included)."""
+    if ids is None or probs is None or not ids.numel():
         return None
     rows, width = ids.shape
     return pb.PackedDistributions(
         rows=rows,
         width=width,
-        token_ids=ids.to("cpu", torch.int32).contiguous().numpy().tobytes(),
-        probs=probs.to("cpu", torch.float32).contiguous().numpy().tobytes(),
+        token_ids=ids.to("cpu", torch.int32).numpy().astype("<i4").tobytes(),
+        probs=probs.to("cpu", torch.float32).numpy().astype("<f4").tobytes(),
     )
 
 
@@ -153,9 +155,10 @@ def unpack_distributions(m: pb.PackedDistributions) -> tuple[torch.Tensor, torch
             f"packed distributions of {m.rows} x {m.width} need {size} bytes of token ids "
             f"and of probs, got {len(m.token_ids)} and {len(m.probs)}"
         )
-    ids = torch.frombuffer(bytearray(m.token_ids), dtype=torch.int32).view(m.rows, m.width)
-    probs = torch.frombuffer(bytearray(m.probs), dtype=torch.float32).view(m.rows, m.width)
-    return ids.long(), probs
+    shape = (m.rows, m.width)
+    ids = np.frombuffer(m.token_ids, dtype="<i4").astype(np.int64).reshape(shape)
+    probs = np.frombuffer(m.probs, dtype="<f4").astype(np.float32).reshape(shape)
+    return torch.from_numpy(ids), torch.from_numpy(probs)
 
 
 def received_distributions(

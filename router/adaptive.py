@@ -79,7 +79,8 @@ class KChooser:
 
     def pin(self, k: int | None) -> None:
         """Draft exactly ``k`` tokens every round from now on (None: choose again);
-        what rounds cost and gain is still measured."""
+        what rounds cost and gain is still measured. Rounds that keep the
+        configured k (seeded sampling, router/rounds.py) still keep it."""
         if k is not None and not 0 <= k <= self.k_max:
             raise ValueError(f"k must be in 0..{self.k_max}, got {k}")
         self.pinned = k

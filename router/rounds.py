@@ -45,11 +45,13 @@ class Rounds:
         seqs = list(running)
         seeded = any(s.options.seed is not None and not s.options.greedy for s in seqs)
         k = self.k if self.chooser is None or seeded else self.chooser.choose(len(seqs))
-        # After a round with drafts the draft lacks 1 or 2 of a sequence's tokens.
-        steady = all(s.num_tokens - s.draft_cached <= 2 for s in seqs)
+        lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
         start = time.perf_counter()
         drafts = self.drafter.propose(seqs, k) if k else {}
         drafted = time.perf_counter()
+        # After a round with drafts the draft lacks 1 or 2 of a sequence's tokens;
+        # a round whose drafted sequences lacked more also prefilled them.
+        steady = all(lag[seq_id] <= 2 for seq_id in drafts)
         shares = self.verifier.verify(seqs, drafts)
         k = k if drafts else 0
         self.metrics.record_round(k)

@@ -31,6 +31,8 @@ def _shape_problem(request: VerifyRequest) -> str | None:
         return "draft distributions need token ids and probabilities of one [k, N] shape"
     if ids.shape[0] != k:
         return f"{k} drafts but {ids.shape[0]} draft distributions"
+    if k and ids.shape[1] == 0:
+        return "a draft distribution needs at least one token"
     return None
 
 
@@ -59,11 +61,12 @@ def draft_problems(requests: Sequence[VerifyRequest], vocab_size: int) -> list[s
         return problems
     owners: list[int] = []  # the request of each row
     flags = []
+    home = next(iter(groups.values()))[0][1].device  # checked where the first ones are
     for group in groups.values():
         for i, ids, _ in group:
             owners.extend([i] * ids.shape[0])
-        ids = torch.cat([g[1] for g in group])  # [rows, N]
-        probs = torch.cat([g[2] for g in group])
+        ids = torch.cat([g[1].to(home) for g in group])  # [rows, N]
+        probs = torch.cat([g[2].to(home) for g in group])
         flags.append(_row_flags(ids, probs, vocab_size))
     worst: dict[int, int] = {}
     for i, f in zip(owners, torch.cat(flags).tolist(), strict=True):  # the one read back

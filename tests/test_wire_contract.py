@@ -95,6 +95,20 @@ def test_sparse_rows_are_still_read_and_padded_with_zeros() -> None:
     assert convert.distributions_from_proto([]) == (None, None)
 
 
+def test_a_request_cut_to_no_drafts_crosses_the_wire_without_distributions() -> None:
+    import torch
+
+    # The verifier cuts drafts at max_model_len: k = 0 leaves [0, N] tensors.
+    request = VerifyRequest(
+        SequenceTokens(4, 2, [9]), SamplingOptions(), [], torch.zeros(0, 4, dtype=torch.int64),
+        torch.zeros(0, 4),
+    )  # fmt: skip
+    wire = convert.verify_request_to_proto(request)
+    assert not wire.HasField("packed_probs")
+    again = convert.verify_request_from_proto(wire)
+    assert again.draft_token_ids == [] and again.draft_ids is None
+
+
 def test_packed_distributions_of_the_wrong_size_are_refused() -> None:
     short = common_pb2.PackedDistributions(rows=2, width=3, token_ids=b"\0" * 24, probs=b"\0" * 20)
     with pytest.raises(ValueError, match="need 24 bytes of token ids and of probs, got 24 and 20"):

@@ -149,10 +149,12 @@ def test_a_batchs_distributions_are_checked_together_each_request_on_its_own() -
     over = request([[5, 6, 7]], [[0.9, 0.9, 0.0]])
     outside = request([[5, 6], [VOCAB, 1]], [[0.5, 0.5], [0.5, 0.5]])
     greedy = VerifyRequest(SequenceTokens(2, 0, [3]), SamplingOptions(), [5])
-    problems = draft_problems([good, wide, over, outside, greedy], VOCAB)
+    empty = request([[]], [[]])
+    problems = draft_problems([good, wide, over, outside, greedy, empty], VOCAB)
     assert problems[0] is None and problems[1] is None and problems[4] is None
     assert "sum to more than 1" in str(problems[2])
     assert "token ids outside" in str(problems[3])
+    assert "needs at least one token" in str(problems[5])
 
 
 def test_the_dense_q_of_a_batch_is_each_requests_own_q_in_order() -> None:
