@@ -12,7 +12,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from model_runtime.sampling import SamplingOptions
-from protos import common_pb2, convert, draft_worker_pb2_grpc, router_pb2, target_worker_pb2
+from protos import (
+    common_pb2,
+    convert,
+    distributions,
+    draft_worker_pb2_grpc,
+    router_pb2,
+    target_worker_pb2,
+)
 from protos.generate import PROTO_DIR, generate
 from protos.messages import (
     SequenceStatus,
@@ -92,7 +99,7 @@ def test_sparse_rows_are_still_read_and_padded_with_zeros() -> None:
     assert again.draft_probs is not None and again.draft_ids is not None
     assert torch.equal(again.draft_probs, torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]]))
     assert torch.equal(again.draft_ids[1], torch.tensor([4, 8, 2]))
-    assert convert.distributions_from_proto([]) == (None, None)
+    assert distributions.distributions_from_proto([]) == (None, None)
 
 
 def test_a_request_cut_to_no_drafts_crosses_the_wire_without_distributions() -> None:
@@ -112,13 +119,13 @@ def test_a_request_cut_to_no_drafts_crosses_the_wire_without_distributions() -> 
 def test_packed_distributions_of_the_wrong_size_are_refused() -> None:
     short = common_pb2.PackedDistributions(rows=2, width=3, token_ids=b"\0" * 24, probs=b"\0" * 20)
     with pytest.raises(ValueError, match="need 24 bytes of token ids and of probs, got 24 and 20"):
-        convert.unpack_distributions(short)
+        distributions.unpack_distributions(short)
 
 
 def test_a_distribution_with_unequal_ids_and_probs_is_refused() -> None:
     bad = common_pb2.SparseDistribution(token_ids=[1, 2], probs=[1.0])
     with pytest.raises(ValueError, match="2 token ids but 1 probs"):
-        convert.distributions_from_proto([bad])
+        distributions.distributions_from_proto([bad])
 
 
 def test_logprobs_and_sampling_options_survive_the_wire() -> None:

@@ -192,7 +192,8 @@ def test_a_batchs_proposals_keep_their_own_distributions_on_the_wire() -> None:
     import torch
 
     from model_runtime.status import OK, SequenceStatus, StatusCode
-    from protos.convert import proposals_to_proto, unpack_distributions
+    from protos.convert import proposals_to_proto
+    from protos.distributions import unpack_distributions
     from protos.messages import Proposal
 
     ids = torch.tensor([[[5, 6], [7, 8]], [[1, 2], [3, 4]]])
