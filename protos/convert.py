@@ -156,7 +156,7 @@ def proposals_to_proto(proposals: Sequence[Proposal]) -> list[dpb.Proposal]:
 
 
 def proposal_from_proto(m: dpb.Proposal) -> Proposal:
-    ids, probs = received_distributions(m.packed_probs, m.draft_probs, m.HasField("packed_probs"))
+    ids, probs = received_distributions(m)
     return Proposal(m.seq_id, status_from_proto(m.status), list(m.token_ids), ids, probs)
 
 
@@ -173,7 +173,7 @@ def verify_request_to_proto(r: VerifyRequest) -> tpb.VerifyRequest:
 
 
 def verify_request_from_proto(m: tpb.VerifyRequest) -> VerifyRequest:
-    ids, probs = received_distributions(m.packed_probs, m.draft_probs, m.HasField("packed_probs"))
+    ids, probs = received_distributions(m)
     if ids is not None and ids.shape[0] != len(m.draft_token_ids):
         raise ValueError(
             f"sequence {m.tokens.seq_id}: {len(m.draft_token_ids)} drafts but "

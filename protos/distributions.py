@@ -10,6 +10,8 @@ import numpy as np
 import torch
 
 from protos import common_pb2 as pb
+from protos import draft_worker_pb2 as dpb
+from protos import target_worker_pb2 as tpb
 
 
 def distributions_from_proto(
@@ -68,7 +70,10 @@ def unpack_distributions(m: pb.PackedDistributions) -> tuple[torch.Tensor, torch
 
 
 def received_distributions(
-    packed: pb.PackedDistributions, rows: Sequence[pb.SparseDistribution], has_packed: bool
+    m: dpb.Proposal | tpb.VerifyRequest,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The distributions a message carries: packed if it has them, else its sparse rows."""
-    return unpack_distributions(packed) if has_packed else distributions_from_proto(rows)
+    """The distributions a proposal or verify request carries: packed if it has
+    them, else its sparse rows."""
+    if m.HasField("packed_probs"):
+        return unpack_distributions(m.packed_probs)
+    return distributions_from_proto(m.draft_probs)
