@@ -171,3 +171,28 @@ def test_a_draft_that_is_never_accepted_is_mostly_not_run(tmp_path: Path) -> Non
     rounds = llm.get_metrics()["rounds_per_k"]
     assert isinstance(rounds, list)
     assert rounds[0] > sum(rounds) / 2  # after the first rounds, only probes draft
+
+
+def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() -> None:
+    from types import SimpleNamespace
+
+    from model_runtime.sampling import SamplingOptions
+    from router.metrics import SpeculationMetrics
+    from router.rounds import Rounds
+
+    def seq(seq_id: int, lacks: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            seq_id=seq_id, num_tokens=70, draft_cached=70 - lacks, options=SamplingOptions()
+        )
+
+    chooser = KChooser(3)
+    chooser.pin(3)
+    drafter = SimpleNamespace(
+        k=3, propose=lambda seqs, k: {s.seq_id: ([1] * k, None, None) for s in seqs}
+    )
+    verifier = SimpleNamespace(verify=lambda seqs, drafts: [])
+    rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
+    rounds.run([seq(1, lacks=1), seq(2, lacks=64)])  # sequence 2's prompt was prefilled too
+    assert chooser.draft_step_s.get(2) is None and chooser.target_step_s.get(8) is not None
+    rounds.run([seq(1, lacks=1), seq(2, lacks=2)])
+    assert chooser.draft_step_s.get(2) is not None

@@ -187,3 +187,24 @@ def test_rotary_and_cache_rotates_queries_and_writes_keys_and_values(qk_norm: bo
     untouched = torch.ones(12, dtype=torch.bool)
     untouched[slots[written]] = False
     assert flat_k[untouched].abs().sum() == 0 and flat_v[untouched].abs().sum() == 0
+
+
+def test_the_triton_path_sends_few_rows_to_the_skinny_matmul_and_more_to_the_library(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import model_runtime.ops.triton_ops as triton_ops
+
+    calls: list[int] = []
+
+    def spy(
+        x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return skinny_matmul(x, weight, bias)
+
+    monkeypatch.setattr(triton_ops, "skinny_matmul", spy)
+    ops, weight = triton_ops.TritonOps(num_kv_heads=1), torch.randn(24, 32)
+    for rows in (1, MAX_ROWS, MAX_ROWS + 1):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(ops.linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-5)
+    assert calls == [1, MAX_ROWS]
