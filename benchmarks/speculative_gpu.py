@@ -13,8 +13,10 @@ batches of random prompts at every concurrency with k pinned to 0..K_MAX and
 with k adaptive. Target-only (no draft model) and draft-only runs give the
 step costs: c = draft ms per token / target ms per token at each concurrency.
 The theory uses E = (1 - a^(k+1)) / (1 - a) with a the acceptance measured
-at k = 1. ``--seed-shapes`` adds the Qwen3-0.6B-shape draft beside the
-target (random: acceptance 0, so it prices rounds only). Needs a GPU.
+at k = 1. ``--draft-shape`` sets the draft's width (Qwen3-0.6B's by
+default; ``target`` for the target's own). ``--seed-shapes`` adds the
+Qwen3-0.6B-shape draft beside the target (random: acceptance 0, so it prices
+rounds only). Needs a GPU.
 """
 
 from __future__ import annotations
@@ -49,12 +51,28 @@ def prompts(batch: int, seed: int) -> list[dict[str, list[int]]]:
     return [{"prompt_token_ids": row.tolist()} for row in ids]
 
 
-def tokens_per_s(llm: LLM, batch: int, max_tokens: int) -> float:
+def timed(llm: LLM, batch: int, max_tokens: int) -> tuple[float, list[list[int]]]:
+    """Tokens/s of greedy decoding of ``batch`` prompts, and the tokens."""
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     llm.generate(prompts(batch, 0), SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
     start = time.perf_counter()
     outs = llm.generate(prompts(batch, 1), params, use_tqdm=False)
-    return sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - start)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    return sum(map(len, tokens)) / (time.perf_counter() - start), tokens
+
+
+def tokens_per_s(llm: LLM, batch: int, max_tokens: int) -> float:
+    return timed(llm, batch, max_tokens)[0]
+
+
+def same_as_plain(rows: list[dict[str, Any]], outputs: list[list[list[int]]]) -> None:
+    """Mark each row with the share of its sequences whose greedy tokens equal
+    those of k = 0 (a plain target step every round) at the same concurrency."""
+    plain = {r["batch"]: out for r, out in zip(rows, outputs, strict=True) if r["k"] == 0}
+    for row, out in zip(rows, outputs, strict=True):
+        if row["batch"] in plain:
+            same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
+            row["same_tokens_as_k0"] = sum(same) / len(same)
 
 
 def agreement(target: Any, draft: Any, ids: torch.Tensor) -> float:
@@ -95,12 +113,13 @@ def engine_rows(
             llm.generate(prompts(batch, 2), warm_up, use_tqdm=False)
     # Adaptive first, with nothing measured: it learns from its own rounds only.
     chooser = llm.engine.rounds.chooser = KChooser(K_MAX)
-    rows = []
+    rows, outputs = [], []
     for k in [None, *ks]:
         chooser.pin(k)
         for batch in concurrency:
             before = llm.engine.metrics.copy()
-            rate = tokens_per_s(llm, batch, max_tokens)
+            rate, tokens = timed(llm, batch, max_tokens)
+            outputs.append(tokens)
             after = llm.engine.metrics.copy()
             drafted = after.num_draft_tokens - before.num_draft_tokens
             accepted = after.num_accepted_tokens - before.num_accepted_tokens
@@ -110,6 +129,7 @@ def engine_rows(
                  "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds}
             )  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
+    same_as_plain(rows, outputs)
     return rows
 
 
@@ -141,7 +161,9 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
     turn (the pair stays in memory meanwhile: one target on disk at a time);
     each pair's rows go into ``report["pairs"]`` as they finish."""
     tokenizer = bundled_tokenizer()
-    target, draft = speculative_pair(SHAPES["qwen3-8b"], args.draft_layers, tokenizer.eos_token_id)
+    width = None if args.draft_shape == "target" else SHAPES[args.draft_shape]
+    eos = tokenizer.eos_token_id
+    target, draft = speculative_pair(SHAPES["qwen3-8b"], args.draft_layers, eos, draft_shape=width)
     draft_dir = save(draft, args.checkpoints / "pair-draft", tokenizer)
     base: dict = {}
     scales = args.scales or [
@@ -151,6 +173,9 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
         set_scale(target, args.draft_layers, scale, base)
         target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
         print(f"acceptance {wanted}: scale {scale:.4f}", flush=True)
+        if "target_only" not in report:  # the costs first: they do not depend on s
+            report["target_only"] = alone(target_dir, args.concurrency, args.max_tokens)
+            report["draft_only"] = alone(draft_dir, args.concurrency, args.max_tokens)
         rows = speculative(target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks)
         report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
         write(report, args.out)
@@ -167,6 +192,10 @@ def main() -> None:
     parser.add_argument("--acceptance", nargs="+", type=float, default=[0.6, 0.75, 0.9])
     parser.add_argument("--scales", nargs="+", type=float, help="given: no calibration")
     parser.add_argument("--draft-layers", type=int, default=4)
+    parser.add_argument(
+        "--draft-shape", default="qwen3-0.6b", choices=[*SHAPES, "target"],
+        help="the width of the draft's layers (target: the target's own)",
+    )  # fmt: skip
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16, 64])
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--ks", nargs="+", type=int, default=list(range(K_MAX + 1)))
@@ -177,9 +206,6 @@ def main() -> None:
     report["pairs"] = []
     realistic_pairs(args, report)
     conc, tokens = args.concurrency, args.max_tokens
-    report["target_only"] = alone(args.checkpoints / "pair-target", conc, tokens)
-    report["draft_only"] = alone(args.checkpoints / "pair-draft", conc, tokens)
-    write(report, args.out)
     if args.seed_shapes:
         small = args.checkpoints / "qwen3-0.6b"
         if not (small / "config.json").exists():

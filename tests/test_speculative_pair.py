@@ -1,5 +1,6 @@
-"""The realistic-shape pair of benchmarks/shapes.py, built at a tiny width:
-its acceptance is set by one scale, and it loads like any checkpoint."""
+"""The realistic-shape pair of benchmarks/shapes.py, built at a tiny width,
+with a draft as wide as the target and with a narrower one: its acceptance is
+set by one scale, and it loads like any checkpoint."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ TINY = dict(
     vocab_size=512,
     tie_word_embeddings=False,
 )
+# Half the width, half the inner size, fewer query heads per key/value head.
+NARROW = {**TINY, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2}
 DRAFT_LAYERS = 2
 
 
-@pytest.fixture(scope="module")
-def pair() -> tuple[torch.nn.Module, torch.nn.Module, dict]:
-    target, draft = speculative_pair(TINY, DRAFT_LAYERS, eos=0, dtype=torch.float32)
+@pytest.fixture(scope="module", params=[None, NARROW], ids=["same-width", "narrow"])
+def pair(request: pytest.FixtureRequest) -> tuple[torch.nn.Module, torch.nn.Module, dict]:
+    target, draft = speculative_pair(
+        TINY, DRAFT_LAYERS, eos=0, dtype=torch.float32, draft_shape=request.param
+    )
     return target, draft, {}
 
 
@@ -50,11 +55,21 @@ def test_a_larger_scale_moves_the_target_away_from_its_draft(pair: tuple) -> Non
     assert agree < 0.9
 
 
-def test_the_draft_shares_the_targets_first_layers_and_head(pair: tuple) -> None:
+def test_the_draft_is_written_into_the_targets_first_layers(pair: tuple) -> None:
     target, draft, _ = pair
+    width = draft.config.hidden_size
     assert len(draft.model.layers) == DRAFT_LAYERS
-    assert draft.lm_head.weight.data_ptr() == target.lm_head.weight.data_ptr()
-    assert draft.model.norm.weight.data_ptr() == target.model.norm.weight.data_ptr()
+    assert len(target.model.layers) == TINY["num_hidden_layers"]
+    embedding = target.model.embed_tokens.weight
+    torch.testing.assert_close(embedding[:, :width], draft.model.embed_tokens.weight)
+    assert not embedding[:, width:].any()
+    torch.testing.assert_close(target.lm_head.weight[:, :width], draft.lm_head.weight)
+
+
+def test_a_draft_wider_than_its_target_is_refused() -> None:
+    wide = {**TINY, "hidden_size": 128}
+    with pytest.raises(ValueError, match="no wider than the target"):
+        speculative_pair(TINY, DRAFT_LAYERS, eos=0, dtype=torch.float32, draft_shape=wide)
 
 
 def test_a_saved_pair_at_scale_zero_accepts_every_greedy_draft(pair: tuple, tmp_path: Path) -> None:
