@@ -25,6 +25,7 @@ import argparse
 import gc
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,52 @@ def tokens_per_s(llm: LLM, batch: int, max_tokens: int) -> float:
     return timed(llm, batch, max_tokens)[0]
 
 
-def same_as_plain(rows: list[dict[str, Any]], outputs: list[list[list[int]]]) -> None:
+def step_counts(llm: LLM) -> dict[str, dict[str, float]]:
+    """How the in-process target's and draft's forwards have run so far."""
+    workers = {"target": llm.engine.workers.target, "draft": llm.engine.workers.drafts[0]}
+    return {name: asdict(w.runner.counts) for name, w in workers.items()}  # type: ignore[attr-defined]
+
+
+def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
+    return {w: {n: round(after[w][n] - v, 4) for n, v in before[w].items()} for w in before}
+
+
+def same_as_plain(llm: LLM, rows: list[dict[str, Any]], outputs: list[list[list[int]]]) -> None:
     """Mark each row with the share of its sequences whose greedy tokens equal
-    those of k = 0 (a plain target step every round) at the same concurrency."""
+    those of k = 0 (a plain target step every round) at the same concurrency,
+    and where one differs, the gap between the target's two likeliest tokens
+    (k = 0's logprobs) at the first token where they part. bf16 logits of a
+    random model often tie to within rounding, which the k + 1 rows of a
+    verify and the one row of a decode round differently: a gap of a unit or
+    two of bf16 at the logits' size (0.125 to 0.25) is such a tie, a wider one
+    would be a lost token."""
     plain = {r["batch"]: out for r, out in zip(rows, outputs, strict=True) if r["k"] == 0}
     for row, out in zip(rows, outputs, strict=True):
-        if row["batch"] in plain:
-            same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
-            row["same_tokens_as_k0"] = sum(same) / len(same)
+        if row["batch"] not in plain:
+            continue
+        same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
+        row["same_tokens_as_k0"] = sum(same) / len(same)
+        asked = prompts(row["batch"], 1)
+        parted = []
+        for prompt, a, b in zip(asked, out, plain[row["batch"]], strict=True):
+            if a != b:
+                first = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+                parted.append({"prompt_token_ids": prompt["prompt_token_ids"] + b[:first]})
+        if parted:
+            row["parting_gaps"] = top_two_gaps(llm, parted[:8])
+
+
+def top_two_gaps(llm: LLM, prefixes: list[dict[str, list[int]]]) -> list[float]:
+    """The target's logprob gap between its two likeliest next tokens after each prefix."""
+    assert llm.engine.rounds.chooser is not None
+    llm.engine.rounds.chooser.pin(0)
+    params = SamplingParams(temperature=0, max_tokens=1, logprobs=2)
+    gaps = []
+    for out in llm.generate(prefixes, params, use_tqdm=False):
+        assert out.outputs[0].logprobs is not None
+        top = sorted((p.logprob for p in out.outputs[0].logprobs[0].values()), reverse=True)
+        gaps.append(round(top[0] - top[1], 4))
+    return gaps
 
 
 def agreement(target: Any, draft: Any, ids: torch.Tensor) -> float:
@@ -117,19 +156,21 @@ def engine_rows(
     for k in [None, *ks]:
         chooser.pin(k)
         for batch in concurrency:
-            before = llm.engine.metrics.copy()
+            before, steps = llm.engine.metrics.copy(), step_counts(llm)
             rate, tokens = timed(llm, batch, max_tokens)
             outputs.append(tokens)
             after = llm.engine.metrics.copy()
+            steps = counts_since(steps, step_counts(llm))
             drafted = after.num_draft_tokens - before.num_draft_tokens
             accepted = after.num_accepted_tokens - before.num_accepted_tokens
             rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
             rows.append(
                 {"k": "adaptive" if k is None else k, "batch": batch, "tokens_per_s": rate,
-                 "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds}
+                 "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds,
+                 "steps": steps}
             )  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
-    same_as_plain(rows, outputs)
+    same_as_plain(llm, rows, outputs)
     return rows
 
 

@@ -29,6 +29,19 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
+class StepCounts:
+    """How a runner's forwards ran, and the host seconds the slow kinds took:
+    a capture, or an eager forward (whose launches include compiling any
+    kernel variant not met before)."""
+
+    replayed: int = 0
+    captured: int = 0
+    capture_s: float = 0.0
+    eager: int = 0
+    eager_s: float = 0.0
+
+
+@dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
     logits: torch.Tensor  # [rows, V], in the graphs' pool
@@ -61,8 +74,10 @@ class StepGraphs:
         ops: TritonOps,
         max_positions: int,
         max_batch: int,
+        counts: StepCounts,
     ):
         self.model = model
+        self.counts = counts
         self.kv_cache = kv_cache
         self.ops = ops
         self.max_positions = max_positions
@@ -95,9 +110,11 @@ class StepGraphs:
         if shape not in self._graphs:
             started = time.monotonic()
             self._capture(shape)
-            logger.info(
-                "captured the CUDA graph of %s in %.2f s", shape, time.monotonic() - started
-            )
+            took = time.monotonic() - started
+            self.counts.captured += 1
+            self.counts.capture_s += took
+            logger.info("captured the CUDA graph of %s in %.2f s", shape, took)
+        self.counts.replayed += 1
         self.inputs.load(shape, batch, token_ids)
         graph = self._graphs[shape]
         graph.graph.replay()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
 
 from model_runtime.batch import BatchLimits, HostBatch, PreparedBatch, SequenceChunk, host_batch
-from model_runtime.graphs import StepGraphs
+from model_runtime.graphs import StepCounts, StepGraphs
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
@@ -45,6 +46,7 @@ class ModelRunner:
         self.vocab_size = model.config.vocab_size
         self.ops = ops or ops_for(self.device, model.num_kv_heads_per_rank)
         self.graphs: StepGraphs | None = None
+        self.counts = StepCounts()
         self._windows = set(model.config.sliding_windows)
 
     def capture_graphs(self, max_batch: int) -> None:
@@ -52,7 +54,9 @@ class ModelRunner:
         sequences from CUDA graphs (decode steps captured now)."""
         if not isinstance(self.ops, TritonOps):
             raise ValueError("CUDA graphs need the Triton kernels of a CUDA device")
-        self.graphs = StepGraphs(self.model, self.kv_cache, self.ops, self.max_positions, max_batch)
+        self.graphs = StepGraphs(
+            self.model, self.kv_cache, self.ops, self.max_positions, max_batch, self.counts
+        )
         self.graphs.capture_decode()
 
     @torch.inference_mode()
@@ -73,10 +77,14 @@ class ModelRunner:
             logits = self.graphs.run(batch, token_ids)
             if logits is not None:
                 return logits
+        started = time.perf_counter()
         prepared = self.to_device(batch)
         if token_ids is not None:
             prepared.input_ids = token_ids
-        return self.execute(prepared)
+        logits = self.execute(prepared)
+        self.counts.eager += 1
+        self.counts.eager_s += time.perf_counter() - started
+        return logits
 
     def execute(self, batch: PreparedBatch) -> torch.Tensor:
         """Run the forward of a prepared batch: device work only, no host sync.

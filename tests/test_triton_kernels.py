@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from model_runtime.kernels.activation import silu_and_mul
 from model_runtime.kernels.norm import rms_norm
-from model_runtime.kernels.paged_attention import num_splits_for, paged_attention
+from model_runtime.kernels.paged_attention import num_splits_for, paged_attention, query_block
 from model_runtime.kernels.rotary_cache import rotary_and_cache
 from model_runtime.kernels.skinny_matmul import MAX_ROWS, TileConfig, skinny_matmul
 from model_runtime.layers.norm import rms_norm_reference
@@ -104,6 +104,16 @@ def test_small_batches_split_their_keys_and_large_ones_do_not() -> None:
     assert num_splits_for(8, max_keys=4096) == 16
     assert num_splits_for(8, max_keys=128) == 2
     assert num_splits_for(512, max_keys=4096) == 1
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_any_query_length_compiles_one_of_a_handful_of_tile_sizes(group: int) -> None:
+    # The tile size is a compile-time constant: one per query length would
+    # compile a kernel for every new catch-up length or k.
+    sizes = {query_block(n, group) for n in range(1, 257)}
+    assert all(size & (size - 1) == 0 for size in sizes)  # powers of two
+    assert len(sizes) <= 7
+    assert max(sizes) * group <= 64
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -186,6 +186,17 @@ def num_splits_for(num_programs: int, max_keys: int, block_n: int = KEY_BLOCK) -
     return splits
 
 
+def query_block(max_query_len: int, group: int) -> int:
+    """New tokens per tile: the longest query rounded up to a power of two,
+    at most what 64 rows of tile hold. It is a compile-time constant, so
+    rounding keeps the kernel's variants to a handful: a draft catching up on
+    any number of tokens, or a verify of any k, compiles nothing new."""
+    if max_query_len == 1:
+        return 1
+    most = max(1, 64 // group)
+    return min(triton.next_power_of_2(max_query_len), 1 << (most.bit_length() - 1))
+
+
 def paged_attention(
     q: torch.Tensor,
     k_pool: torch.Tensor,
@@ -207,7 +218,7 @@ def paged_attention(
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads, page = k_pool.shape[2], k_pool.shape[1]
     group = num_heads // num_kv_heads
-    block_q = 1 if max_query_len == 1 else max(1, min(max_query_len, 64 // group))
+    block_q = query_block(max_query_len, group)
     block_m = max(16, triton.next_power_of_2(block_q * group))
     q_tiles = triton.cdiv(max_query_len, block_q)
     block_n = KEY_BLOCK if head_dim <= 128 else KEY_BLOCK // 2
