@@ -1,10 +1,16 @@
 """Incremental detokenization: text grows as tokens arrive, never re-decoding
-more than a few tokens, and holding back bytes of a character not yet complete."""
+more than a few tokens, and holding back bytes of a character not yet complete.
+
+Fast tokenizers (every tokenizer the ``tokenizers`` library backs) stream
+through its ``DecodeStream``; others decode a short window twice per token.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 from transformers import PreTrainedTokenizerBase
 
 # Prompt tokens decoded with the first output tokens, so that word boundaries
@@ -22,21 +28,35 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.ids = list(prompt_ids[-CONTEXT_TOKENS:])
+        self.text = ""
+        backend: Tokenizer | None = getattr(tokenizer, "backend_tokenizer", None)
+        self._stream = None
+        if backend is not None:
+            self._stream = (
+                DecodeStream(ids=self.ids, skip_special_tokens=skip_special_tokens),
+                backend,
+            )
         self.prefix_offset = 0  # start of the window that is decoded again
         self.read_offset = len(self.ids)  # tokens before this are in self.text
-        self.text = ""
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=self.skip_special_tokens))
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes (possibly empty)."""
+        if self._stream is not None:
+            stream, backend = self._stream
+            new = stream.step(backend, token_id) or ""
+        else:
+            new = self._push_window(token_id)
+        self.text += new
+        return new
+
+    def _push_window(self, token_id: int) -> str:
         self.ids.append(token_id)
         before = self._decode(self.ids[self.prefix_offset : self.read_offset])
         after = self._decode(self.ids[self.prefix_offset :])
         if len(after) <= len(before) or after.endswith("\ufffd"):
             return ""  # a special token, or part of a multi-byte character
-        new = after[len(before) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-        self.text += new
-        return new
+        return after[len(before) :]
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=self.skip_special_tokens))

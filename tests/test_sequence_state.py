@@ -57,12 +57,21 @@ def test_the_context_length_stops_with_length(tokenizer) -> None:  # type: ignor
     assert seq.num_tokens == 8 and seq.finish_reason == "length"
 
 
-def test_incremental_text_equals_decoding_everything(tokenizer) -> None:  # type: ignore[no-untyped-def]
+class WithoutBackend:
+    """A tokenizer that only decodes, as one the ``tokenizers`` library does not back."""
+
+    def __init__(self, tokenizer) -> None:  # type: ignore[no-untyped-def]
+        self.decode = tokenizer.decode
+
+
+@pytest.mark.parametrize("backed", [True, False], ids=["streamed", "decoded-in-windows"])
+def test_incremental_text_equals_decoding_everything(tokenizer, backed: bool) -> None:  # type: ignore[no-untyped-def]
     text = "def f(x):\n    return 'héllo ✓ wörld'  # naïve\n"
-    ids = tokenizer.encode(text)
-    detok = IncrementalDetokenizer(tokenizer, tokenizer.encode("# a\n"))
+    ids = [*tokenizer.encode(text), tokenizer.eos_token_id, *tokenizer.encode(" 漢字")]
+    source = tokenizer if backed else WithoutBackend(tokenizer)
+    detok = IncrementalDetokenizer(source, tokenizer.encode("# a\n"))
     pieces = [detok.push(t) for t in ids]
-    assert "".join(pieces) == detok.text == tokenizer.decode(ids)
+    assert "".join(pieces) == detok.text == tokenizer.decode(ids, skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("stop", ["STOP", "ld STOP", "P"])
