@@ -107,8 +107,9 @@ def build_runners(
         for model, c, limit in zip(models, checked, limits, strict=True)
     ]
     if device.type == "cuda" and not first.enforce_eager:
-        for runner in runners:
-            runner.capture_graphs(min(first.max_num_seqs, MAX_GRAPH_BATCH))
+        max_batch = min(first.max_num_seqs, MAX_GRAPH_BATCH)
+        for runner, c in zip(runners, checked, strict=True):
+            runner.capture_graphs(max_batch, c.spec.capture_query_len)
     return runners
 
 

@@ -1,13 +1,16 @@
 """CUDA graphs of the forward steps that repeat: decoding, drafting, verifying.
 
 One graph per step shape (``model_runtime.step_inputs``): decode shapes are
-captured for every batch-size bucket when the runner is built, largest first;
-draft first steps and verify steps the first time their shape comes. Prefills,
-mixed batches and verify steps of more than MAX_GRAPH_TOKENS tokens run
-eagerly. The graphs share one memory pool, taken from what the KV budget
-leaves (``gpu_memory_utilization``'s remainder and the activation reserve);
-each keeps its logits, which a replay returns: they are valid until the
-runner's next forward.
+captured for every batch-size bucket when the runner is built, largest first,
+and with them, for a runner that verifies or drafts (``capture_query_len``),
+the verify shapes of every k and a draft's catch-up shape; any other shape
+that fits is captured the first time it comes. Prefills, mixed batches and
+verify steps of more than MAX_GRAPH_TOKENS tokens run eagerly. The graphs
+share one memory pool, taken from what the KV budget leaves
+(``gpu_memory_utilization``'s remainder and the activation reserve), and one
+logits buffer they all write: a replay returns a view of it, valid until the
+runner's next forward. So a shape costs its kernels' launches, not a copy of
+the [rows, vocab] logits held for good.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from model_runtime.kv_cache import PagedKVCache, blocks_for
 from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.ops.triton_ops import TritonOps
-from model_runtime.step_inputs import StepInputs, StepShape, buckets_up_to, shape_for
+from model_runtime.specs import MAX_QUERY_LEN
+from model_runtime.step_inputs import (
+    MAX_GRAPH_TOKENS,
+    StepInputs,
+    StepShape,
+    buckets_up_to,
+    shape_for,
+    startup_shapes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +55,7 @@ class StepCounts:
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    logits: torch.Tensor  # [rows, V], in the graphs' pool
+    logits: torch.Tensor  # [rows, V], a view of the shared logits buffer
 
 
 def padded_forward(
@@ -87,16 +98,22 @@ class StepGraphs:
         self.inputs = StepInputs(max_batch, width, device)
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[StepShape, _Graph] = {}
+        most_rows = max(max_batch, min(MAX_GRAPH_TOKENS, max_batch * MAX_QUERY_LEN))
+        vocab, dtype = model.lm_head.weight.shape[0], model.lm_head.weight.dtype
+        self._logits = torch.empty(most_rows, vocab, dtype=dtype, device=device)
 
-    def capture_decode(self) -> None:
-        """Capture the decode step of every bucket, largest first (they share a pool)."""
+    def capture_startup(self, query_len: int = 1) -> None:
+        """Capture the startup shapes (``startup_shapes``), largest first: the
+        pool's memory is then set by the first."""
         start = time.monotonic()
-        for bucket in reversed(self.buckets):
-            self._capture(StepShape(bucket, 1, False))
+        shapes = startup_shapes(self.buckets, query_len)
+        for shape in shapes:
+            self._capture(shape)
         logger.info(
-            "captured %d CUDA graphs of decode steps (batch up to %d) in %.1f s",
-            len(self.buckets),
+            "captured %d CUDA graphs (batch up to %d, up to %d new tokens each) in %.1f s",
+            len(shapes),
             self.buckets[-1],
+            query_len,
             time.monotonic() - start,
         )
 
@@ -121,10 +138,13 @@ class StepGraphs:
         return graph.logits[: len(batch.logits_indices)]
 
     def _capture(self, shape: StepShape) -> None:
+        out = self._logits[: shape.rows]
+
         def step() -> torch.Tensor:
-            return padded_forward(
+            logits = padded_forward(
                 self.model, self.kv_cache, self.ops, self.inputs, shape, self.max_positions
             )
+            return out.copy_(logits)
 
         self.inputs.clear(shape)
         with torch.inference_mode():

@@ -49,15 +49,16 @@ class ModelRunner:
         self.counts = StepCounts()
         self._windows = set(model.config.sliding_windows)
 
-    def capture_graphs(self, max_batch: int) -> None:
+    def capture_graphs(self, max_batch: int, query_len: int = 1) -> None:
         """Replay decode, draft and verify steps of up to ``max_batch``
-        sequences from CUDA graphs (decode steps captured now)."""
+        sequences from CUDA graphs, capturing now those of up to ``query_len``
+        new tokens per sequence (``StepGraphs.capture_startup``)."""
         if not isinstance(self.ops, TritonOps):
             raise ValueError("CUDA graphs need the Triton kernels of a CUDA device")
         self.graphs = StepGraphs(
             self.model, self.kv_cache, self.ops, self.max_positions, max_batch, self.counts
         )
-        self.graphs.capture_decode()
+        self.graphs.capture_startup(query_len)
 
     @torch.inference_mode()
     def forward(

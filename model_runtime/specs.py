@@ -16,6 +16,8 @@ DTYPE_NAMES = ("float32", "float16", "bfloat16")
 BACKENDS = ("mp", "ray")
 # New tokens one batch call may hold by default (vLLM's default for serving).
 DEFAULT_BATCHED_TOKENS = 8192
+# The most new tokens per sequence a CUDA graph takes: a verify of 15 drafts.
+MAX_QUERY_LEN = 16
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,14 @@ class RunnerSpec:
         default=False,
         metadata={"help": "on GPUs, run every step eagerly instead of replaying CUDA graphs"},
     )
+    capture_query_len: int = field(
+        default=1,
+        metadata={
+            "help": "new tokens per sequence of the CUDA graphs captured at startup: 1 decodes; "
+            f"k + 1 verifies up to k drafts; 2 drafts (at most {MAX_QUERY_LEN}; others "
+            "are captured when first met)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -79,6 +89,10 @@ class RunnerSpec:
             )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if not 1 <= self.capture_query_len <= MAX_QUERY_LEN:
+            raise ValueError(
+                f"capture_query_len must be in 1..{MAX_QUERY_LEN}, got {self.capture_query_len}"
+            )
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         for name in ("block_size", "max_num_seqs", "cpu_memory_bytes"):

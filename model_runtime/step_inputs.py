@@ -20,10 +20,9 @@ import torch
 
 from model_runtime.batch import HostBatch
 from model_runtime.ops.triton_ops import TritonMetadata
+from model_runtime.specs import MAX_QUERY_LEN
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
-# The most new tokens per sequence a shape takes: a verify of 15 drafts.
-MAX_QUERY_LEN = 16
 # The most tokens of a verify shape: each keeps [tokens, vocab] logits alive,
 # and larger verify steps are compute-bound anyway.
 MAX_GRAPH_TOKENS = 1024
@@ -55,6 +54,19 @@ class StepShape:
 
 def buckets_up_to(max_batch: int) -> list[int]:
     return [b for b in BATCH_BUCKETS if b < max_batch] + [max_batch]
+
+
+def startup_shapes(buckets: list[int], query_len: int) -> list[StepShape]:
+    """The shapes captured when a runner is built, largest first: decode steps
+    of every bucket and, when ``query_len`` > 1, a draft's first step catching
+    up two tokens and verify steps of 2..``query_len`` tokens per sequence
+    (those within MAX_GRAPH_TOKENS)."""
+    shapes = [StepShape(b, 1, False) for b in buckets]
+    if query_len > 1:
+        shapes += [StepShape(b, 2, False) for b in buckets]
+        verify = (StepShape(b, q, True) for b in buckets for q in range(2, query_len + 1))
+        shapes += [s for s in verify if s.tokens <= MAX_GRAPH_TOKENS]
+    return sorted(shapes, key=lambda s: (s.rows, s.tokens), reverse=True)
 
 
 def shape_for(batch: HostBatch, buckets: list[int]) -> StepShape | None:

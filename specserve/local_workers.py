@@ -25,12 +25,15 @@ from draft_worker.worker import DraftWorker, DraftWorkerConfig
 from model_runtime.build import allowed_length, build_runner, build_runners
 from model_runtime.executors import start_executor
 from model_runtime.resolve import resolve_model
-from model_runtime.specs import RunnerSpec
+from model_runtime.specs import MAX_QUERY_LEN, RunnerSpec
 from router.clients import DraftClient
 from router.config import EngineConfig
 from router.workers import Workers, check_same_tokenizer
 from target_worker.tensor_parallel import ParallelTargetWorker, target_rank_worker
 from target_worker.worker import TargetWorker, TargetWorkerConfig
+
+# A draft's first step catches up on the one or two tokens the last round left.
+DRAFT_CAPTURE_LEN = 2
 
 
 def build_local_workers(config: EngineConfig) -> Workers:
@@ -54,12 +57,21 @@ def build_local_workers(config: EngineConfig) -> Workers:
 
 
 def _target_spec(config: EngineConfig) -> RunnerSpec:
-    """The target's runner, with the engine's length."""
+    """The target's runner, with the engine's length, capturing its verify steps."""
     # The build refuses a length the model does not allow.
     length = config.requested_max_model_len or allowed_length(
         config.runner.model, config.runner.revision
     )
-    return replace(config.runner, max_model_len=length)
+    capture = verify_capture_len(config)
+    return replace(config.runner, max_model_len=length, capture_query_len=capture)
+
+
+def verify_capture_len(config: EngineConfig) -> int:
+    """New tokens per sequence of the target's verify steps captured at startup:
+    the last token and up to k drafts (every k, as adaptive k may choose any)."""
+    if config.speculative is None:
+        return config.runner.capture_query_len
+    return min(config.num_speculative_tokens + 1, MAX_QUERY_LEN)
 
 
 def _draft_spec(
@@ -74,7 +86,13 @@ def _draft_spec(
         tokenizer, AutoTokenizer.from_pretrained(resolve_model(spec.model, spec.revision))
     )
     length = draft_length(target.max_model_len, spec.model, spec.revision)
-    return replace(target, model=spec.model, revision=spec.revision, max_model_len=length)
+    return replace(
+        target,
+        model=spec.model,
+        revision=spec.revision,
+        max_model_len=length,
+        capture_query_len=DRAFT_CAPTURE_LEN,
+    )
 
 
 def draft_length(engine_length: int | None, model: str, revision: str | None) -> int | None:

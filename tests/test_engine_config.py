@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from model_runtime.random_checkpoint import save_random_checkpoint
+from model_runtime.specs import RunnerSpec
 from router.config import EngineConfig, SpeculativeConfig
 from router.params import SamplingParams
 from specserve import LLM
@@ -120,6 +121,22 @@ def test_enforce_eager_reaches_the_runner_and_every_worker_command() -> None:
     assert config.runner.enforce_eager
     assert "--enforce-eager" in worker_flags(config, "m", None, None, 1, 0.5)
     assert "--enforce-eager" not in worker_flags(EngineConfig.of("m"), "m", None, None, 1, 0.5)
+
+
+def test_the_target_captures_a_verify_of_every_k_and_the_draft_its_catch_up() -> None:
+    from specserve.commands.disaggregated import worker_flags
+    from specserve.local_workers import verify_capture_len
+
+    spec = SpeculativeConfig.from_dict({"model": "d", "num_speculative_tokens": 5})
+    assert verify_capture_len(EngineConfig.of("m", spec)) == 6
+    assert verify_capture_len(EngineConfig.of("m")) == 1
+    flags = worker_flags(EngineConfig.of("m"), "m", None, None, 1, 0.5, 6)
+    assert flags[flags.index("--capture-query-len") + 1] == "6"
+
+
+def test_a_capture_length_past_the_graphs_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"capture_query_len must be in 1\.\.16, got 17"):
+        RunnerSpec("m", capture_query_len=17)
 
 
 def test_a_prompt_longer_than_the_context_is_refused() -> None:

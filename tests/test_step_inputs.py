@@ -15,7 +15,14 @@ from model_runtime.graphs import padded_forward
 from model_runtime.kv_cache import blocks_for
 from model_runtime.ops.triton_ops import TritonOps
 from model_runtime.runner import ModelRunner
-from model_runtime.step_inputs import StepInputs, StepShape, buckets_up_to, shape_for
+from model_runtime.step_inputs import (
+    MAX_GRAPH_TOKENS,
+    StepInputs,
+    StepShape,
+    buckets_up_to,
+    shape_for,
+    startup_shapes,
+)
 from tests.conftest import random_tokens, runner_of
 
 
@@ -134,3 +141,22 @@ def test_only_decode_draft_and_verify_batches_fit_a_captured_step(runner: ModelR
     assert shape([SequenceChunk(9, random_tokens(7, 9))]) is None  # a prefill runs eagerly
     too_many = [SequenceChunk(s, [1]) for s in range(10, 19)]
     assert shape(too_many) is None  # nine sequences, more than the largest bucket
+
+
+def test_a_verifying_runner_captures_every_k_and_the_drafts_catch_up_at_startup() -> None:
+    buckets = buckets_up_to(64)
+    shapes = set(startup_shapes(buckets, query_len=6))  # a target verifying up to 5 drafts
+    for b in buckets:
+        assert StepShape(b, 1, False) in shapes  # decode, k = 0
+        assert StepShape(b, 2, False) in shapes  # a draft catching up two tokens
+        for q in range(2, 7):
+            assert StepShape(b, q, True) in shapes  # verify k = q - 1
+    assert len(shapes) == len(buckets) * (2 + 5)
+
+
+def test_a_decoding_runner_captures_only_decode_steps_and_no_shape_past_the_token_limit() -> None:
+    buckets = buckets_up_to(256)
+    assert startup_shapes(buckets, 1) == [StepShape(b, 1, False) for b in reversed(buckets)]
+    shapes = startup_shapes(buckets, 16)
+    assert all(s.tokens <= MAX_GRAPH_TOKENS for s in shapes if s.every_logit)
+    assert shapes[0].rows == max(s.rows for s in shapes)  # largest first: it sets the pool

@@ -93,7 +93,9 @@ def _key_range(
     return start, end
 
 
-@triton.jit
+# q_tiles varies with the longest query: compiling a variant for a value of
+# it (Triton specialises 1 and multiples of 16) would stall a catch-up step.
+@triton.jit(do_not_specialize=["q_tiles"])
 def _attend_tile(
     q_ptr, k_ptr, v_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     block_tables_ptr, seq_lens_ptr, query_starts_ptr,

@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from protos.tls import PLAIN, TlsConfig
 from router.config import EngineConfig
 from specserve.launch import ServiceProcess
-from specserve.local_workers import draft_length
+from specserve.local_workers import DRAFT_CAPTURE_LEN, draft_length, verify_capture_len
 
 # With --disaggregated on one GPU the draft worker starts first and may use this
 # share of the GPU's memory; the target takes the rest of gpu_memory_utilization.
@@ -25,11 +25,13 @@ def worker_flags(
     max_model_len: int | None,
     tensor_parallel_size: int,
     memory: float,
+    capture_query_len: int = 1,
 ) -> list[str]:
     """The flags of one worker command: its model and length, the runner flags
-    both workers share, and where its ranks run."""
+    both workers share, the steps it captures, and where its ranks run."""
     runner, parallel = engine.runner, engine.parallel
     flags = ["--model", model, "--host", "127.0.0.1", "-tp", str(tensor_parallel_size)]
+    flags += ["--capture-query-len", str(capture_query_len)]
     flags += ["--dtype", runner.dtype, "--device", runner.device, "--seed", str(engine.seed)]
     flags += ["--gpu-memory-utilization", str(memory)]
     flags += ["--placement-timeout-s", str(parallel.placement_timeout_s)]
@@ -76,6 +78,7 @@ def start_processes(
                 draft_len,
                 spec.draft_tensor_parallel_size,
                 DRAFT_GPU_SHARE,
+                DRAFT_CAPTURE_LEN,
             ),
         )
         router_args += ["--draft-workers", draft]
@@ -91,6 +94,7 @@ def start_processes(
             length,
             engine.parallel.tensor_parallel_size,
             runner.gpu_memory_utilization,
+            verify_capture_len(engine),
         ),
     )
     # The token travels in the environment: a command line is visible to every user.
