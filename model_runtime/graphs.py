@@ -99,7 +99,7 @@ class StepGraphs:
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[StepShape, _Graph] = {}
         most_rows = max(max_batch, min(MAX_GRAPH_TOKENS, max_batch * MAX_QUERY_LEN))
-        vocab, dtype = model.lm_head.weight.shape[0], model.lm_head.weight.dtype
+        vocab, dtype = model.config.vocab_size, model.lm_head.weight.dtype  # the whole vocabulary
         self._logits = torch.empty(most_rows, vocab, dtype=dtype, device=device)
 
     def capture_startup(self, query_len: int = 1) -> None:
