@@ -115,7 +115,7 @@ class Drafter:
                         [
                             ProposeRequest(
                                 SequenceTokens(
-                                    s.seq_id, s.draft_cached, s.all_ids[s.draft_cached :]
+                                    s.seq_id, s.draft_cached, s.tokens_from(s.draft_cached)
                                 ),
                                 s.options,
                             )

@@ -55,6 +55,12 @@ class SequenceState:
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def tokens_from(self, start: int) -> list[int]:
+        """``all_ids[start:]``, without joining the prompt to the output when
+        ``start`` is past the prompt (each round's case)."""
+        past = start - len(self.prompt_ids)
+        return self.output_ids[past:] if past >= 0 else self.prompt_ids[start:] + self.output_ids
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)

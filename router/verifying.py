@@ -75,7 +75,7 @@ class Verifier:
             k = max(0, min(len(tokens), self.max_model_len - s.num_tokens - 1))  # never past it
             requests.append(
                 VerifyRequest(
-                    SequenceTokens(s.seq_id, s.target_cached, s.all_ids[s.target_cached :]),
+                    SequenceTokens(s.seq_id, s.target_cached, s.tokens_from(s.target_cached)),
                     s.options,
                     tokens[:k],
                     None if ids is None else ids[:k],

@@ -85,3 +85,10 @@ def test_a_stop_string_spread_over_tokens_cuts_the_text_before_it(tokenizer, sto
     assert seq.finish_reason == "stop" and seq.stop_reason == stop
     full = "print('hello world STOP and more')"
     assert seq.text == full[: full.index(stop)]
+
+
+def test_the_tokens_from_any_position_are_those_of_the_whole_sequence(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(max_tokens=None), 100)
+    seq.append([7, 8, 9])
+    for start in range(seq.num_tokens + 1):  # in the prompt, at its end, in the output
+        assert seq.tokens_from(start) == seq.all_ids[start:]
