@@ -40,10 +40,9 @@ class DraftWorkerService(WorkerServicer, draft_worker_pb2_grpc.DraftWorkerServic
 
 
 def _result(batch: dpb.ProposeBatch, proposals: list[Proposal], free: int) -> dpb.ProposeResult:
+    protos, packed = convert.proposals_to_proto(proposals)
     return dpb.ProposeResult(
-        batch_id=batch.batch_id,
-        proposals=convert.proposals_to_proto(proposals),
-        num_free_blocks=free,
+        batch_id=batch.batch_id, proposals=protos, num_free_blocks=free, packed_probs=packed
     )
 
 

@@ -14,7 +14,14 @@ from model_runtime.status import SequenceStatus, StatusCode
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
-from protos.distributions import pack_distributions, received_distributions
+from protos.distributions import (
+    pack_distributions,
+    pack_rows,
+    received_distributions,
+    refuse_both_forms,
+    sent_rows,
+    unpack_rows,
+)
 from protos.messages import (
     Proposal,
     ProposeRequest,
@@ -131,31 +138,46 @@ def propose_batch_from_proto(m: dpb.ProposeBatch) -> list[ProposeRequest]:
     ]
 
 
-def proposals_to_proto(proposals: Sequence[Proposal]) -> list[dpb.Proposal]:
-    """A batch's proposals; their distributions (on the draft's device) leave it
-    in one copy for the batch, not one per sequence."""
-    with_q = [
-        (p, ids, probs)
-        for p in proposals
-        if (ids := p.draft_ids) is not None and (probs := p.draft_probs) is not None
-    ]
-    on_host: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    if with_q and len({ids.shape for _, ids, _ in with_q}) == 1:
-        ids = torch.stack([ids for _, ids, _ in with_q]).cpu()  # [B, k, N]
-        probs = torch.stack([probs for _, _, probs in with_q]).cpu()
-        on_host = {id(p): (i, q) for (p, _, _), i, q in zip(with_q, ids, probs, strict=True)}
+def proposals_to_proto(
+    proposals: Sequence[Proposal],
+) -> tuple[list[dpb.Proposal], pb.PackedDistributions | None]:
+    """A batch's proposals, and their distributions (on the draft's device)
+    packed together for the ProposeResult when they share a width: one copy
+    off the device and one conversion for the batch. Otherwise each proposal
+    carries its own."""
+    drafted = [p for p in proposals if p.status.ok and p.token_ids]
+    parts = sent_rows(drafted, [len(p.token_ids) for p in drafted])
+    packed = None if parts is None else pack_rows(parts)
     return [
         dpb.Proposal(
             seq_id=p.seq_id,
             status=status_to_proto(p.status),
             token_ids=p.token_ids,
-            packed_probs=pack_distributions(*on_host.get(id(p), (p.draft_ids, p.draft_probs))),
+            packed_probs=None if packed else pack_distributions(p.draft_ids, p.draft_probs),
         )
         for p in proposals
+    ], packed
+
+
+def proposals_from_proto(m: dpb.ProposeResult) -> list[Proposal]:
+    if not m.HasField("packed_probs"):
+        return [_proposal_from_proto(p) for p in m.proposals]
+    refuse_both_forms(m.proposals)
+    drafted = [p.status.code == pb.SequenceStatus.OK and bool(p.token_ids) for p in m.proposals]
+    counts = [len(p.token_ids) for p, d in zip(m.proposals, drafted, strict=True) if d]
+    parts = iter(unpack_rows(m.packed_probs, counts))
+    return [
+        Proposal(
+            p.seq_id,
+            status_from_proto(p.status),
+            list(p.token_ids),
+            *(next(parts) if d else (None, None)),
+        )
+        for p, d in zip(m.proposals, drafted, strict=True)
     ]
 
 
-def proposal_from_proto(m: dpb.Proposal) -> Proposal:
+def _proposal_from_proto(m: dpb.Proposal) -> Proposal:
     ids, probs = received_distributions(m)
     return Proposal(m.seq_id, status_from_proto(m.status), list(m.token_ids), ids, probs)
 
@@ -163,17 +185,44 @@ def proposal_from_proto(m: dpb.Proposal) -> Proposal:
 # ---------------------------------------------------------------- target worker
 
 
-def verify_request_to_proto(r: VerifyRequest) -> tpb.VerifyRequest:
+def verify_batch_to_proto(batch_id: int, requests: Sequence[VerifyRequest]) -> tpb.VerifyBatch:
+    """A verify batch; the distributions of its requests with drafts travel
+    packed together when every one has them, of one width."""
+    drafted = [r for r in requests if r.draft_token_ids]
+    parts = sent_rows(drafted, [len(r.draft_token_ids) for r in drafted])
+    packed = None if parts is None else pack_rows(parts)
+    return tpb.VerifyBatch(
+        batch_id=batch_id,
+        sequences=[_verify_request_to_proto(r, with_probs=packed is None) for r in requests],
+        packed_probs=packed,
+    )
+
+
+def verify_batch_from_proto(m: tpb.VerifyBatch) -> list[VerifyRequest]:
+    if not m.HasField("packed_probs"):
+        return [_verify_request_from_proto(r, received_distributions(r)) for r in m.sequences]
+    refuse_both_forms(m.sequences)
+    drafted = [r for r in m.sequences if r.draft_token_ids]
+    parts = iter(unpack_rows(m.packed_probs, [len(r.draft_token_ids) for r in drafted]))
+    return [
+        _verify_request_from_proto(r, next(parts) if r.draft_token_ids else (None, None))
+        for r in m.sequences
+    ]
+
+
+def _verify_request_to_proto(r: VerifyRequest, with_probs: bool) -> tpb.VerifyRequest:
     return tpb.VerifyRequest(
         tokens=tokens_to_proto(r.tokens),
         sampling=sampling_to_proto(r.sampling),
         draft_token_ids=r.draft_token_ids,
-        packed_probs=pack_distributions(r.draft_ids, r.draft_probs),
+        packed_probs=pack_distributions(r.draft_ids, r.draft_probs) if with_probs else None,
     )
 
 
-def verify_request_from_proto(m: tpb.VerifyRequest) -> VerifyRequest:
-    ids, probs = received_distributions(m)
+def _verify_request_from_proto(
+    m: tpb.VerifyRequest, distributions: tuple[torch.Tensor | None, torch.Tensor | None]
+) -> VerifyRequest:
+    ids, probs = distributions
     if ids is not None and ids.shape[0] != len(m.draft_token_ids):
         raise ValueError(
             f"sequence {m.tokens.seq_id}: {len(m.draft_token_ids)} drafts but "

@@ -40,11 +40,13 @@ class Proposal(_message.Message):
     def __init__(self, seq_id: _Optional[int] = ..., status: _Optional[_Union[_common_pb2.SequenceStatus, _Mapping]] = ..., token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[_common_pb2.SparseDistribution, _Mapping]]] = ..., packed_probs: _Optional[_Union[_common_pb2.PackedDistributions, _Mapping]] = ...) -> None: ...
 
 class ProposeResult(_message.Message):
-    __slots__ = ("batch_id", "proposals", "num_free_blocks")
+    __slots__ = ("batch_id", "proposals", "num_free_blocks", "packed_probs")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSALS_FIELD_NUMBER: _ClassVar[int]
     NUM_FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_PROBS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     proposals: _containers.RepeatedCompositeFieldContainer[Proposal]
     num_free_blocks: int
-    def __init__(self, batch_id: _Optional[int] = ..., proposals: _Optional[_Iterable[_Union[Proposal, _Mapping]]] = ..., num_free_blocks: _Optional[int] = ...) -> None: ...
+    packed_probs: _common_pb2.PackedDistributions
+    def __init__(self, batch_id: _Optional[int] = ..., proposals: _Optional[_Iterable[_Union[Proposal, _Mapping]]] = ..., num_free_blocks: _Optional[int] = ..., packed_probs: _Optional[_Union[_common_pb2.PackedDistributions, _Mapping]] = ...) -> None: ...

@@ -62,12 +62,14 @@ class VerifyRequest(_message.Message):
     def __init__(self, tokens: _Optional[_Union[_common_pb2.SequenceTokens, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., draft_token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[_common_pb2.SparseDistribution, _Mapping]]] = ..., packed_probs: _Optional[_Union[_common_pb2.PackedDistributions, _Mapping]] = ...) -> None: ...
 
 class VerifyBatch(_message.Message):
-    __slots__ = ("batch_id", "sequences")
+    __slots__ = ("batch_id", "sequences", "packed_probs")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_PROBS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     sequences: _containers.RepeatedCompositeFieldContainer[VerifyRequest]
-    def __init__(self, batch_id: _Optional[int] = ..., sequences: _Optional[_Iterable[_Union[VerifyRequest, _Mapping]]] = ...) -> None: ...
+    packed_probs: _common_pb2.PackedDistributions
+    def __init__(self, batch_id: _Optional[int] = ..., sequences: _Optional[_Iterable[_Union[VerifyRequest, _Mapping]]] = ..., packed_probs: _Optional[_Union[_common_pb2.PackedDistributions, _Mapping]] = ...) -> None: ...
 
 class VerifyOutput(_message.Message):
     __slots__ = ("seq_id", "status", "token_ids", "num_accepted_drafts", "logprobs")

@@ -187,7 +187,7 @@ class GrpcDraftClient(_GrpcWorker):
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
         result = self._propose.call(message)
         self._free_blocks = result.num_free_blocks
-        return [convert.proposal_from_proto(p) for p in result.proposals]
+        return convert.proposals_from_proto(result)
 
     def close(self) -> None:
         self._propose.close()
@@ -220,10 +220,7 @@ class GrpcTargetClient(_GrpcWorker):
         return [convert.prefill_output_from_proto(o) for o in result.outputs]
 
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        message = tpb.VerifyBatch(
-            batch_id=next(self._batch_ids),
-            sequences=[convert.verify_request_to_proto(r) for r in requests],
-        )
+        message = convert.verify_batch_to_proto(next(self._batch_ids), requests)
         result = self._verify.call(message)
         self._free_blocks = result.num_free_blocks
         return [convert.verify_output_from_proto(o) for o in result.outputs]

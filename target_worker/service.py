@@ -45,7 +45,7 @@ class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerSer
         return partial(self.worker.prefill, requests)
 
     def _prepare_verify(self, batch: tpb.VerifyBatch) -> Callable[[], list[VerifyOutput]]:
-        requests = [convert.verify_request_from_proto(m) for m in batch.sequences]
+        requests = convert.verify_batch_from_proto(batch)
         check_distinct(r.tokens.seq_id for r in requests)
         return partial(self.worker.verify, requests)
 

@@ -73,18 +73,39 @@ def test_sparse_distributions_round_trip() -> None:
     assert list(again.token_ids) == [5, 9, 2] and list(again.probs) == [0.5, 0.25, 0.25]
 
 
-def test_draft_distributions_cross_the_wire_packed() -> None:
+def test_a_batchs_draft_distributions_cross_the_wire_in_one_packed_message() -> None:
     import torch
 
-    ids = torch.tensor([[7, 3, 1], [4, 8, 2]])
-    probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
-    request = VerifyRequest(SequenceTokens(4, 2, [9]), SamplingOptions(), [7, 8], ids, probs)
-    wire = convert.verify_request_to_proto(request)
-    assert not wire.draft_probs and wire.packed_probs.rows == 2
-    again = convert.verify_request_from_proto(
-        target_worker_pb2.VerifyRequest.FromString(wire.SerializeToString())
+    ids = torch.tensor([[7, 3, 1], [4, 8, 2], [6, 5, 0]])
+    probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5], [1.0, 0.0, 0.0]])
+    requests = [
+        VerifyRequest(SequenceTokens(4, 2, [9]), SamplingOptions(), [7, 8], ids[:2], probs[:2]),
+        VerifyRequest(SequenceTokens(5, 0, [1, 2]), SamplingOptions()),  # a prefill's share
+        VerifyRequest(SequenceTokens(6, 3, [3]), SamplingOptions(), [6], ids[2:], probs[2:]),
+    ]
+    wire = convert.verify_batch_to_proto(1, requests)
+    assert wire.packed_probs.rows == 3
+    assert not any(r.HasField("packed_probs") or r.draft_probs for r in wire.sequences)
+    again = convert.verify_batch_from_proto(
+        target_worker_pb2.VerifyBatch.FromString(wire.SerializeToString())
     )
-    assert torch.equal(again.draft_ids, ids) and torch.equal(again.draft_probs, probs)  # type: ignore[arg-type]
+    assert again[1].draft_ids is None
+    for back, sent in ((again[0], requests[0]), (again[2], requests[2])):
+        assert torch.equal(back.draft_ids, sent.draft_ids)  # type: ignore[arg-type]
+        assert torch.equal(back.draft_probs, sent.draft_probs)  # type: ignore[arg-type]
+
+
+def test_a_batch_whose_packed_rows_miss_drafts_is_refused() -> None:
+    import torch
+
+    request = VerifyRequest(
+        SequenceTokens(4, 2, [9]), SamplingOptions(), [7, 8], torch.tensor([[7], [8]]),
+        torch.ones(2, 1),
+    )  # fmt: skip
+    wire = convert.verify_batch_to_proto(1, [request])
+    wire.sequences[0].draft_token_ids.append(5)  # three drafts, two rows
+    with pytest.raises(ValueError, match="2 rows for 3 drafts"):
+        convert.verify_batch_from_proto(wire)
 
 
 def test_sparse_rows_are_still_read_and_padded_with_zeros() -> None:
@@ -95,7 +116,7 @@ def test_sparse_rows_are_still_read_and_padded_with_zeros() -> None:
         common_pb2.SparseDistribution(token_ids=[4, 8, 2], probs=[0.25, 0.25, 0.5]),
     ]
     wire = target_worker_pb2.VerifyRequest(draft_token_ids=[7, 8], draft_probs=rows)
-    again = convert.verify_request_from_proto(wire)
+    (again,) = convert.verify_batch_from_proto(target_worker_pb2.VerifyBatch(sequences=[wire]))
     assert again.draft_probs is not None and again.draft_ids is not None
     assert torch.equal(again.draft_probs, torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]]))
     assert torch.equal(again.draft_ids[1], torch.tensor([4, 8, 2]))
@@ -110,9 +131,9 @@ def test_a_request_cut_to_no_drafts_crosses_the_wire_without_distributions() -> 
         SequenceTokens(4, 2, [9]), SamplingOptions(), [], torch.zeros(0, 4, dtype=torch.int64),
         torch.zeros(0, 4),
     )  # fmt: skip
-    wire = convert.verify_request_to_proto(request)
-    assert not wire.HasField("packed_probs")
-    again = convert.verify_request_from_proto(wire)
+    wire = convert.verify_batch_to_proto(1, [request])
+    assert not wire.HasField("packed_probs") and not wire.sequences[0].HasField("packed_probs")
+    (again,) = convert.verify_batch_from_proto(wire)
     assert again.draft_token_ids == [] and again.draft_ids is None
 
 
@@ -179,3 +200,15 @@ def test_every_server_lists_its_services_by_reflection(server) -> None:  # type:
         reply = next(stub.ServerReflectionInfo(iter([request]), timeout=5))
         names = {s.name for s in reply.list_services_response.service}
     assert {"specserve.v1.DraftWorker", "grpc.health.v1.Health"} <= names
+
+
+def test_a_batch_with_distributions_both_packed_and_per_sequence_is_refused() -> None:
+    import torch
+
+    request = VerifyRequest(
+        SequenceTokens(4, 2, [9]), SamplingOptions(), [7], torch.tensor([[7]]), torch.ones(1, 1)
+    )
+    wire = convert.verify_batch_to_proto(1, [request])
+    wire.sequences[0].draft_probs.append(common_pb2.SparseDistribution(token_ids=[7], probs=[1]))
+    with pytest.raises(ValueError, match="both packed for the batch and with a sequence"):
+        convert.verify_batch_from_proto(wire)

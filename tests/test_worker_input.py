@@ -192,8 +192,8 @@ def test_a_batchs_proposals_keep_their_own_distributions_on_the_wire() -> None:
     import torch
 
     from model_runtime.status import OK, SequenceStatus, StatusCode
-    from protos.convert import proposals_to_proto
-    from protos.distributions import unpack_distributions
+    from protos import draft_worker_pb2 as dpb
+    from protos.convert import proposals_from_proto, proposals_to_proto
     from protos.messages import Proposal
 
     ids = torch.tensor([[[5, 6], [7, 8]], [[1, 2], [3, 4]]])
@@ -203,8 +203,11 @@ def test_a_batchs_proposals_keep_their_own_distributions_on_the_wire() -> None:
         Proposal(2, SequenceStatus(StatusCode.NOT_FOUND, "gone")),
         Proposal(3, OK, [1, 4], ids[1], probs[1]),
     ]
-    wire = proposals_to_proto(proposals)
-    assert [m.seq_id for m in wire] == [1, 2, 3] and not wire[1].HasField("packed_probs")
-    for m, b in ((wire[0], 0), (wire[2], 1)):
-        back_ids, back_probs = unpack_distributions(m.packed_probs)
-        assert torch.equal(back_ids, ids[b]) and torch.equal(back_probs, probs[b])
+    wire, packed = proposals_to_proto(proposals)
+    assert packed is not None and packed.rows == 4  # one message for the batch
+    assert not any(m.HasField("packed_probs") for m in wire)
+    result = dpb.ProposeResult(proposals=wire, packed_probs=packed)
+    back = proposals_from_proto(dpb.ProposeResult.FromString(result.SerializeToString()))
+    assert [p.seq_id for p in back] == [1, 2, 3] and back[1].draft_ids is None
+    for p, b in ((back[0], 0), (back[2], 1)):
+        assert torch.equal(p.draft_ids, ids[b]) and torch.equal(p.draft_probs, probs[b])  # type: ignore[arg-type]
