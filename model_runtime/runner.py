@@ -16,6 +16,9 @@ from model_runtime.ops import Ops, ops_for
 from model_runtime.ops.triton_ops import TritonOps
 from model_runtime.status import OK, SequenceStatus, StatusCode
 
+# The sequence id of startup forwards (the router's ids are never negative).
+WARM_UP_SEQ = -1
+
 
 class SequenceNotFoundError(KeyError):
     """The KV cache holds no tokens of a sequence that should have some."""
@@ -59,6 +62,17 @@ class ModelRunner:
             self.model, self.kv_cache, self.ops, self.max_positions, max_batch, self.counts
         )
         self.graphs.capture_startup(query_len)
+        self.compile_query_tiles()
+
+    def compile_query_tiles(self) -> None:
+        """Run one eager forward per query-tile size of the attention kernel
+        (``query_block``: 4 to 32 new tokens), so that no later catch-up or
+        short prefill stalls on compiling one (a third of a second each)."""
+        for length in (3, 5, 9, 17):
+            if length > min(self.max_positions, self.limits.max_tokens):
+                break
+            self.forward([SequenceChunk(WARM_UP_SEQ, [0] * length)])
+            self.free(WARM_UP_SEQ)
 
     @torch.inference_mode()
     def forward(

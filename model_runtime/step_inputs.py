@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from model_runtime.batch import HostBatch
@@ -104,11 +105,17 @@ class StepInputs:
     def __init__(self, max_batch: int, width: int, device: torch.device):
         size = StepShape(max_batch, MAX_QUERY_LEN, True).offsets()[-1] + max_batch * width
         pinned = device.type == "cuda"
-        self._host = torch.zeros(size, dtype=torch.int64, pin_memory=pinned)
-        self._host_np = self._host.numpy()
+        # Two host buffers, used by turns: a step's inputs are packed while the
+        # copy of the step before may still wait behind that step's forward on
+        # the stream; only the copy of the step two back must have read its
+        # buffer, and it has long since. (With one buffer every step waited for
+        # the previous step's forward: a sync between a draft's k steps.)
+        self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=pinned) for _ in "ab"]
+        self._host_np = [host.numpy() for host in self._host]
+        self._copied = [torch.cuda.Event() if pinned else None for _ in "ab"]
+        self._turn = 0
         self._device = torch.zeros(size, dtype=torch.int64, device=device)
         self._tables = torch.zeros(max_batch, width, dtype=torch.int64, device=device)
-        self._copied = torch.cuda.Event() if pinned else None
 
     def views(self, shape: StepShape, num_splits: int) -> StepViews:
         ids, positions, slots, rows, lens, starts, _ = shape.offsets()
@@ -138,10 +145,14 @@ class StepInputs:
     ) -> None:
         """Pad ``batch`` to ``shape`` into the buffers; ``token_ids`` [T] (on the
         device) replace its tokens."""
-        used = self._pack(shape, batch)
-        self._device[:used].copy_(self._host[:used], non_blocking=True)
-        if self._copied is not None:
-            self._copied.record()
+        turn, self._turn = self._turn, 1 - self._turn
+        copied = self._copied[turn]
+        if copied is not None:
+            copied.synchronize()  # the copy out of this buffer two steps ago is done
+        used = self._pack(shape, batch, self._host_np[turn])
+        self._device[:used].copy_(self._host[turn][:used], non_blocking=True)
+        if copied is not None:
+            copied.record()
         size, width = len(batch.layout.query_lens), batch.layout.width
         base = shape.offsets()[-1]
         tables = self._device[base : base + size * width].view(size, width)
@@ -149,11 +160,10 @@ class StepInputs:
         if token_ids is not None:
             self._device[: len(batch.input_ids)].copy_(token_ids)
 
-    def _pack(self, shape: StepShape, batch: HostBatch) -> int:
-        """Write ``batch`` padded to ``shape`` into the host buffer; its length."""
-        if self._copied is not None:
-            self._copied.synchronize()  # the last step's copy has read the buffer
-        layout, host = batch.layout, self._host_np
+    @staticmethod
+    def _pack(shape: StepShape, batch: HostBatch, host: np.ndarray) -> int:
+        """Write ``batch`` padded to ``shape`` into ``host``; the length written."""
+        layout = batch.layout
         ids, positions, slots, rows, lens, starts, tables = shape.offsets()
         tokens, size = len(batch.input_ids), len(layout.query_lens)
         for offset, values, pad in (

@@ -14,7 +14,7 @@ from model_runtime.batch import SequenceChunk
 from model_runtime.graphs import padded_forward
 from model_runtime.kv_cache import blocks_for
 from model_runtime.ops.triton_ops import TritonOps
-from model_runtime.runner import ModelRunner
+from model_runtime.runner import WARM_UP_SEQ, ModelRunner
 from model_runtime.step_inputs import (
     MAX_GRAPH_TOKENS,
     StepInputs,
@@ -160,3 +160,14 @@ def test_a_decoding_runner_captures_only_decode_steps_and_no_shape_past_the_toke
     shapes = startup_shapes(buckets, 16)
     assert all(s.tokens <= MAX_GRAPH_TOKENS for s in shapes if s.every_logit)
     assert shapes[0].rows == max(s.rows for s in shapes)  # largest first: it sets the pool
+
+
+def test_the_startup_forwards_that_compile_every_query_tile_leave_the_cache_as_it_was(
+    runner: ModelRunner,
+) -> None:
+    free, held = runner.kv_cache.num_free_blocks, runner.kv_cache.num_tokens(1)
+    eager = runner.counts.eager
+    runner.compile_query_tiles()
+    assert runner.counts.eager == eager + 4  # tiles of 4, 8, 16 and 32 new tokens
+    assert runner.kv_cache.num_free_blocks == free and runner.kv_cache.num_tokens(1) == held
+    assert WARM_UP_SEQ not in runner.kv_cache
