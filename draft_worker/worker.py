@@ -5,7 +5,9 @@ valid, appends the tokens it is sent, then runs k batched autoregressive steps.
 Each step samples under the request's own parameters from the draft's
 processed distribution truncated to its top-N tokens and renormalised; that
 truncated q is exactly what the token was drawn from, and it is returned with
-the token (rejection sampling is lossless for any q). Afterwards the sequence
+the token (rejection sampling is lossless for any q). A greedy draft's q is
+one-hot on its argmax: a batch of greedy requests ships it as one token with
+probability 1 ([k, 1]), skipping the softmax and top-N over the vocabulary. Afterwards the sequence
 holds its tokens and the first k-1 drafts (the k-th was never fed back).
 """
 
@@ -79,7 +81,11 @@ class DraftWorker(LocalWorker):
         drafted: torch.Tensor | None = None  # [B] the last step's tokens, on the device
         for step in range(k):
             logits = self.runner.forward(chunks, drafted)  # [B, V]
-            step_ids, step_probs = self._truncated_q(logits, params, greedy)
+            if all_greedy:  # q is one-hot on the argmax: no softmax, no top-N
+                step_ids = logits.argmax(-1, keepdim=True)  # [B, 1]
+                step_probs = torch.ones(step_ids.shape, device=self.device)
+            else:
+                step_ids, step_probs = self._truncated_q(logits, params, greedy)
             if all_greedy:  # each row's argmax is the first of its support
                 drafted = self.tp.broadcast(step_ids[:, 0].contiguous())  # [B]
             else:
