@@ -217,6 +217,7 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
         if "target_only" not in report:  # the costs first: they do not depend on s
             report["target_only"] = alone(target_dir, args.concurrency, args.max_tokens)
             report["draft_only"] = alone(draft_dir, args.concurrency, args.max_tokens)
+            write(report, args.out)
         rows = speculative(target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks)
         report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
         write(report, args.out)
