@@ -3,7 +3,7 @@ concurrency 1) and against concurrency (best fixed k and adaptive), measured
 beside the theory E / (k c + 1).
 
     pip install -e ".[bench]"
-    python benchmarks/plot_speculative.py benchmarks/results/speculative_gpu_h200.json
+    python benchmarks/plot_speculative.py benchmarks/results/speculative_gpu_h200_narrow.json
 
 writes ``<name>_vs_k.png`` and ``<name>_vs_concurrency.png`` beside the JSON.
 """
