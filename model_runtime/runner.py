@@ -66,9 +66,9 @@ class ModelRunner:
 
     def compile_query_tiles(self) -> None:
         """Run one eager forward per query-tile size of the attention kernel
-        (``query_block``: 4 to 32 new tokens), so that no later catch-up or
+        (``query_block``: 4 to 64 new tokens), so that no later catch-up or
         short prefill stalls on compiling one (a third of a second each)."""
-        for length in (3, 5, 9, 17):
+        for length in (3, 5, 9, 17, 33):
             if length > min(self.max_positions, self.limits.max_tokens):
                 break
             self.forward([SequenceChunk(WARM_UP_SEQ, [0] * length)])

@@ -3,6 +3,9 @@ more than a few tokens, and holding back bytes of a character not yet complete.
 
 Fast tokenizers (every tokenizer the ``tokenizers`` library backs) stream
 through its ``DecodeStream``; others decode a short window twice per token.
+A stream that cannot go on (DecodeStream refuses some token runs of
+byte-fallback tokenizers, such as Llama 2's) hands over to the windows,
+which are replayed over the tokens so far.
 """
 
 from __future__ import annotations
@@ -28,26 +31,39 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.ids = list(prompt_ids[-CONTEXT_TOKENS:])
+        self._context = len(self.ids)
         self.text = ""
         backend: Tokenizer | None = getattr(tokenizer, "backend_tokenizer", None)
         self._stream = None
         if backend is not None:
-            self._stream = (
-                DecodeStream(ids=self.ids, skip_special_tokens=skip_special_tokens),
-                backend,
-            )
+            stream = DecodeStream(ids=self.ids, skip_special_tokens=skip_special_tokens)
+            self._stream = (stream, backend)
         self.prefix_offset = 0  # start of the window that is decoded again
         self.read_offset = len(self.ids)  # tokens before this are in self.text
 
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes (possibly empty)."""
-        if self._stream is not None:
-            stream, backend = self._stream
-            new = stream.step(backend, token_id) or ""
-        else:
+        if self._stream is None:
             new = self._push_window(token_id)
+        else:
+            self.ids.append(token_id)
+            stream, backend = self._stream
+            try:
+                new = stream.step(backend, token_id) or ""
+            except Exception:  # the library's "Invalid prefix encountered", untyped
+                new = self._to_windows()
         self.text += new
         return new
+
+    def _to_windows(self) -> str:
+        """Decode in windows from now on: replay them over every output token
+        so far, and return the text they have past what the stream gave."""
+        self._stream = None
+        output, self.ids = self.ids[self._context :], self.ids[: self._context]
+        self.prefix_offset, self.read_offset = 0, self._context
+        replayed = "".join(self._push_window(t) for t in output)
+        # Sent text stands; the two differ only where bytes make no character.
+        return replayed[len(self.text) :]
 
     def _push_window(self, token_id: int) -> str:
         self.ids.append(token_id)

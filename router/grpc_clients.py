@@ -187,7 +187,12 @@ class GrpcDraftClient(_GrpcWorker):
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
         result = self._propose.call(message)
         self._free_blocks = result.num_free_blocks
-        return convert.proposals_from_proto(result)
+        try:
+            return convert.proposals_from_proto(result)
+        except ValueError as e:  # a worker that answers nonsense is as good as lost
+            raise WorkerUnavailableError(
+                f"draft worker {self.address} sent a malformed result: {e}"
+            ) from e
 
     def close(self) -> None:
         self._propose.close()

@@ -92,3 +92,42 @@ def test_the_tokens_from_any_position_are_those_of_the_whole_sequence(tokenizer)
     seq.append([7, 8, 9])
     for start in range(seq.num_tokens + 1):  # in the prompt, at its end, in the output
         assert seq.tokens_from(start) == seq.all_ids[start:]
+
+
+def byte_fallback_tokenizer():  # type: ignore[no-untyped-def]
+    """A Llama-2-style tokenizer: unknown characters fall back to byte tokens."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for piece in ["▁", "a", "▁a", "b", "▁b", "»", "é", "▁é"]:
+        vocab[piece] = len(vocab)
+    raw = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    raw.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+         decoders.Strip(" ", 1, 0)]
+    )  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def test_a_token_run_the_stream_refuses_goes_on_in_windows_without_an_error() -> None:
+    import random
+
+    tokenizer = byte_fallback_tokenizer()
+    rng = random.Random(1)
+    handed_over = 0
+    for _ in range(300):  # random runs: byte tokens split and mixed with pieces
+        prompt = [rng.randrange(len(tokenizer)) for _ in range(4)]
+        ids = [rng.randrange(len(tokenizer)) for _ in range(10)]
+        streamed = IncrementalDetokenizer(tokenizer, prompt)
+        windows = IncrementalDetokenizer(WithoutBackend(tokenizer), prompt)
+        refused = False
+        for token in ids:
+            piece = streamed.push(token)  # never raises
+            # Once handed over, it decodes exactly as windows alone would.
+            assert windows.push(token) == piece or not refused
+            refused = streamed._stream is None
+        handed_over += refused
+    assert handed_over > 0
