@@ -32,12 +32,12 @@ from model_runtime.logprobs import TokenLogprob
 from model_runtime.status import StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
 from router.adaptive import KChooser
-from router.clients import DraftClient, TargetClient
 from router.config import EngineConfig
 from router.drafting import Drafter
 from router.metrics import EngineStats, SpeculationMetrics, StatsLog
 from router.params import SamplingParams
 from router.pool import WorkerPool
+from router.releases import PendingReleases
 from router.rounds import Rounds
 from router.scheduler import Scheduler
 from router.sequence import SequenceState, check_prompt, new_sequences
@@ -71,6 +71,7 @@ class LLMEngine:
         # workers without their ids meeting.
         self._seq_ids = itertools.count(secrets.randbits(56))
         self.stats_log = StatsLog(config.log_stats_interval_s, self.metrics, logger)
+        self.releases = PendingReleases()
 
     @property
     def waiting(self) -> deque[SequenceState]:
@@ -126,6 +127,7 @@ class LLMEngine:
             self.running.remove(seq)
             seq.finish_reason = "abort"
             self._release(seq)
+        self.releases.flush()
         kept = [s for s in self.waiting if s.request_id != request_id]
         self.waiting.clear()
         self.waiting.extend(kept)
@@ -150,10 +152,12 @@ class LLMEngine:
             self.verifier.release_abandoned(targets)
             self._admit(targets, finished)
             self._make_room()
+            self.releases.flush()  # the preempted sequences' room, before the round
             if self.stalled:  # nothing runs: the free counts may be old news
                 self.verifier.refresh_room(targets)
         if self.running:
             self._round(finished)
+        self.releases.flush()
         self.stats_log.maybe_log(len(self.running), len(self.waiting))
         return finished
 
@@ -276,15 +280,9 @@ class LLMEngine:
             finished.append(seq)
 
     def _release(self, seq: SequenceState) -> None:
-        """Free the sequence's KV on its workers (best effort: a lost worker
-        has nothing left to free)."""
-        workers: list[TargetClient | DraftClient] = []
+        """Queue freeing the sequence's KV on its workers (sent by
+        ``self.releases.flush``, one call per worker)."""
         if self.targets.is_up(seq.target_worker):
-            workers.append(self.workers.targets[seq.target_worker])
+            self.releases.add(self.workers.targets[seq.target_worker], seq.seq_id)
         if self.drafts.is_member(seq.draft_worker):
-            workers.append(self.drafts.workers[seq.draft_worker])
-        for worker in workers:
-            try:
-                worker.release([seq.seq_id])
-            except WorkerUnavailableError as e:
-                logger.warning("could not release sequence %d: %s", seq.seq_id, e)
+            self.releases.add(self.drafts.workers[seq.draft_worker], seq.seq_id)

@@ -56,3 +56,22 @@ def test_sequences_fill_the_smallest_cache_that_holds_one(
             break
         engine.step()
     assert [(s.finish_reason, s.num_tokens) for s in seqs] == [("length", 128)] * 3
+
+
+def test_the_sequences_a_step_finishes_are_released_in_one_call_per_worker() -> None:
+    llm = LLM("specserve/demo-target", speculative_config=SPEC, dtype="float32", max_model_len=128)
+    engine = llm.engine
+    calls: list[tuple[str, list[int]]] = []
+    for name, worker in (("target", engine.workers.target), ("draft", engine.workers.drafts[0])):
+        release = worker.release
+        worker.release = lambda ids, name=name, release=release: (  # type: ignore[method-assign]
+            calls.append((name, list(ids))) or release(ids)
+        )
+    params = SamplingParams(max_tokens=6, ignore_eos=True, temperature=0)
+    for i in range(4):  # the same prompt: all four finish in the same step
+        engine.add_request(str(i), engine.tokenizer.encode("def f(x):"), params)
+    while engine.has_unfinished():
+        engine.step()
+    assert sorted(name for name, _ in calls) == ["draft", "target"]
+    assert all(len(ids) == 4 for _, ids in calls)
+    assert engine.workers.target.num_free_blocks == engine.workers.num_blocks
