@@ -15,6 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import common_pb2 as pb
+from protos import draft_worker_pb2 as dpb
 from protos import router_pb2 as rpb
 from protos import router_pb2_grpc
 from specserve import LLM, SamplingParams
@@ -219,3 +220,24 @@ def test_a_pool_loses_no_stream_when_a_target_and_a_draft_worker_die(target_only
         after = generate(router, "def g(x):", 32)  # new work goes to the live workers
         assert sum(len(r.token_ids) for r in after) == 32
         assert after[-1].speculation.num_draft_tokens > 0  # the other draft worker drafts
+
+
+def test_a_draft_workers_malformed_result_loses_that_worker_not_the_router() -> None:
+    from model_runtime.errors import WorkerUnavailableError
+    from protos.messages import ProposeRequest, SequenceTokens
+    from router.grpc_clients import GrpcDraftClient
+
+    flags = ("--model", "specserve/demo-draft", "--dtype", "float32", "--max-model-len", "128")
+    with service("draft-worker", *flags) as (address, _):
+        client = GrpcDraftClient(address)
+        try:
+            rows = pb.PackedDistributions(rows=5, width=1, token_ids=b"\0" * 20, probs=b"\0" * 20)
+            drafted = dpb.Proposal(seq_id=1, status=pb.SequenceStatus(), token_ids=[5, 6])
+            client._propose.call = lambda m: dpb.ProposeResult(
+                proposals=[drafted], packed_probs=rows
+            )  # type: ignore[method-assign]
+            request = ProposeRequest(SequenceTokens(1, 0, [3]), SamplingParams().options(0))
+            with pytest.raises(WorkerUnavailableError, match=r"malformed result: .*5 rows for 2"):
+                client.propose([request], 2)
+        finally:
+            client.close()

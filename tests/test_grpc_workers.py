@@ -297,22 +297,3 @@ def test_abort_ends_the_stream_and_frees_its_blocks(router: str, workers: tuple[
             pb.DescribeRequest(), timeout=10
         )
     assert info.num_free_blocks == info.num_blocks
-
-
-def test_a_draft_workers_malformed_result_loses_that_worker_not_the_router(
-    workers: tuple[str, str],
-) -> None:
-    from model_runtime.errors import WorkerUnavailableError
-    from protos.messages import ProposeRequest, SequenceTokens
-    from router.grpc_clients import GrpcDraftClient
-
-    client = GrpcDraftClient(workers[1])
-    try:
-        rows = pb.PackedDistributions(rows=5, width=1, token_ids=b"\0" * 20, probs=b"\0" * 20)
-        drafted = dpb.Proposal(seq_id=1, status=pb.SequenceStatus(), token_ids=[5, 6])
-        client._propose.call = lambda m: dpb.ProposeResult(proposals=[drafted], packed_probs=rows)  # type: ignore[method-assign]
-        request = ProposeRequest(SequenceTokens(1, 0, [3]), SamplingParams().options(0))
-        with pytest.raises(WorkerUnavailableError, match=r"malformed result: .*5 rows for 2"):
-            client.propose([request], 2)
-    finally:
-        client.close()
