@@ -3,7 +3,8 @@ measurements at realistic sizes where no hub is reachable.
 
     PYTHONPATH=. python benchmarks/shapes.py --out /tmp/checkpoints
 
-writes ``qwen3-8b`` and ``qwen3-0.6b`` folders there: Hugging Face checkpoints
+writes ``qwen3-8b`` and ``qwen3-0.6b`` folders there (with ``--pair-scale S``,
+the realistic-shape pair below at scale S instead): Hugging Face checkpoints
 (config.json, safetensors) with random bf16 weights drawn the way transformers
 initialises them (normal, std 0.02), built on the GPU when there is one, and
 the bundled pair's tokenizer (so the two share one tokenizer, and every token
@@ -202,11 +203,35 @@ def set_scale(target: PreTrainedModel, draft_layers: int, scale: float, base: di
                 weight.copy_(original * scale)
 
 
+def save_pair(
+    out: Path,
+    scale: float,
+    draft_layers: int = 4,
+    shape: dict = SHAPES["qwen3-8b"],
+    draft_shape: dict = SHAPES["qwen3-0.6b"],
+) -> tuple[Path, Path]:
+    """Write the realistic-shape pair (by default a Qwen3-8B-shape target and
+    a draft at Qwen3-0.6B's width) at ``scale`` as ``pair-target`` and
+    ``pair-draft``."""
+    tokenizer = bundled_tokenizer()
+    eos = tokenizer.eos_token_id
+    target, draft = speculative_pair(shape, draft_layers, eos, draft_shape=draft_shape)
+    set_scale(target, draft_layers, scale, {})
+    return save(target, out / "pair-target", tokenizer), save(draft, out / "pair-draft", tokenizer)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument(
+        "--pair-scale", type=float,
+        help="write the realistic-shape pair at this scale instead (0.00226: acceptance ~0.8)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.pair_scale is not None:
+        print(*save_pair(args.out, args.pair_scale), flush=True)
+        return
     for seed, shape in enumerate(args.shapes):
         print(save_random_qwen3(args.out / shape, shape, seed), flush=True)
 

@@ -85,3 +85,13 @@ def test_a_saved_pair_at_scale_zero_accepts_every_greedy_draft(pair: tuple, tmp_
     metrics = llm.get_metrics()
     assert metrics["num_draft_tokens"] > 0
     assert metrics["acceptance_rate"] == 1.0
+
+
+def test_a_pair_written_at_a_scale_loads_with_the_shapes_asked_for(tmp_path: Path) -> None:
+    from benchmarks.shapes import save_pair
+    from model_runtime.config import ModelConfig
+
+    target_dir, draft_dir = save_pair(tmp_path, 0.0, DRAFT_LAYERS, TINY, NARROW)
+    target, draft = ModelConfig.from_pretrained(target_dir), ModelConfig.from_pretrained(draft_dir)
+    assert (target.hidden_size, target.num_hidden_layers) == (64, 6)
+    assert (draft.hidden_size, draft.num_hidden_layers) == (32, DRAFT_LAYERS)
