@@ -6,8 +6,9 @@ Each step samples under the request's own parameters from the draft's
 processed distribution truncated to its top-N tokens and renormalised; that
 truncated q is exactly what the token was drawn from, and it is returned with
 the token (rejection sampling is lossless for any q). A greedy draft's q is
-one-hot on its argmax: a batch of greedy requests ships it as one token with
-probability 1 ([k, 1]), skipping the softmax and top-N over the vocabulary. Afterwards the sequence
+one-hot on its argmax, which is what the target assumes of a draft sent
+without q: a batch of greedy requests sends none (no softmax or top-N over
+the vocabulary per step, nothing to check, copy or send). Afterwards the sequence
 holds its tokens and the first k-1 drafts (the k-th was never fed back).
 """
 
@@ -82,13 +83,9 @@ class DraftWorker(LocalWorker):
         for step in range(k):
             logits = self.runner.forward(chunks, drafted)  # [B, V]
             if all_greedy:  # q is one-hot on the argmax: no softmax, no top-N
-                step_ids = logits.argmax(-1, keepdim=True)  # [B, 1]
-                step_probs = torch.ones(step_ids.shape, device=self.device)
+                drafted = self.tp.broadcast(logits.argmax(-1))  # [B]
             else:
                 step_ids, step_probs = self._truncated_q(logits, params, greedy)
-            if all_greedy:  # each row's argmax is the first of its support
-                drafted = self.tp.broadcast(step_ids[:, 0].contiguous())  # [B]
-            else:
                 noise = self.randomness.exponential(
                     [(s, p + step) for s, p in zip(seeds, position, strict=True)],
                     self.top_n,
@@ -96,12 +93,14 @@ class DraftWorker(LocalWorker):
                 )
                 choice = (step_probs / noise).argmax(-1, keepdim=True)  # [B, 1]
                 drafted = self.tp.broadcast(step_ids.gather(1, choice).squeeze(1))  # [B]
+                ids.append(step_ids)
+                probs.append(step_probs)
             tokens.append(drafted)
-            ids.append(step_ids)
-            probs.append(step_probs)
             # The next step feeds these tokens from the device: no host sync.
             chunks = [SequenceChunk(c.seq_id, [0]) for c in chunks]
         drafts = torch.stack(tokens, 1).tolist()  # [B, k]
+        if all_greedy:  # no q: the target takes a draft without one as one-hot
+            return [Proposal(r.tokens.seq_id, OK, drafts[b]) for b, r in enumerate(batch)]
         all_ids, all_probs = torch.stack(ids, 1), torch.stack(probs, 1)  # [B, k, N]
         return [
             Proposal(r.tokens.seq_id, OK, drafts[b], all_ids[b], all_probs[b])
