@@ -110,9 +110,9 @@ class StepInputs:
         # the stream; only the copy of the step two back must have read its
         # buffer, and it has long since. (With one buffer every step waited for
         # the previous step's forward: a sync between a draft's k steps.)
-        self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=pinned) for _ in "ab"]
+        self._host = [torch.zeros(size, dtype=torch.int64, pin_memory=pinned) for _ in range(2)]
         self._host_np = [host.numpy() for host in self._host]
-        self._copied = [torch.cuda.Event() if pinned else None for _ in "ab"]
+        self._copied = [torch.cuda.Event() if pinned else None for _ in range(2)]
         self._turn = 0
         self._device = torch.zeros(size, dtype=torch.int64, device=device)
         self._tables = torch.zeros(max_batch, width, dtype=torch.int64, device=device)

@@ -249,9 +249,11 @@ class TargetWorker(LocalWorker):
             if ids is None or probs is None:
                 ids = torch.tensor(tokens, device=home).unsqueeze(1)  # [k, 1]
                 probs = torch.ones(len(tokens), 1, device=home)
-            pad = width - ids.shape[1]
-            all_ids.append(F.pad(ids.to(home), (0, pad)))
-            all_probs.append(F.pad(probs.to(home, torch.float32), (0, pad)))
+            ids, probs = ids.to(home), probs.to(home, torch.float32)
+            if pad := width - ids.shape[1]:  # narrower than the widest: zeros after
+                ids, probs = F.pad(ids, (0, pad)), F.pad(probs, (0, pad))
+            all_ids.append(ids)
+            all_probs.append(probs)
         ids = torch.cat(all_ids).to(self.device, non_blocking=True)  # [T, width]
         probs = torch.cat(all_probs).to(self.device, non_blocking=True)
         return densify(ids, probs, vocab)
