@@ -178,7 +178,8 @@ def _engine(
     workers = build_remote_workers(targets, drafts, session, tls)
     spec = None
     if k:  # the model is a draft worker's; found later when only names are given
-        spec = SpeculativeConfig(workers.draft.describe().model if workers.draft else names[0], k)
+        model = workers.draft.describe().model if workers.draft else names[0]
+        spec = SpeculativeConfig(model, k, adaptive_k=config.adaptive_k)
     return LLMEngine(
         EngineConfig(
             # The target workers hold the runners; the spec only names their model.

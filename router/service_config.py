@@ -38,6 +38,14 @@ class RouterConfig:
         default=True,
         metadata={"help": "keep two micro-batches in flight: draft one while verifying the other"},
     )
+    adaptive_k: bool = field(
+        default=True,
+        metadata={
+            "help": "without overlap, choose each round's drafts (0 to "
+            "--num-speculative-tokens) from the measured acceptance and step costs; "
+            "--no-adaptive-k drafts --num-speculative-tokens every round"
+        },
+    )
     metrics_port: int | None = field(
         default=None, metadata={"help": "serve Prometheus metrics over HTTP on this port"}
     )
