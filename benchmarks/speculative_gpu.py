@@ -10,7 +10,8 @@ greedy agreement between draft and target on random text is that acceptance
 is found by bisection, the target at s is written (over the last one) beside
 the draft, and one ``LLM`` with num_speculative_tokens = K_MAX runs greedy
 batches of random prompts at every concurrency with k pinned to 0..K_MAX and
-with k adaptive. Target-only (no draft model) and draft-only runs give the
+with k adaptive (``--bundled``: the bundled pair in bf16 instead, on code
+prompts). Target-only (no draft model) and draft-only runs give the
 step costs: c = draft ms per token / target ms per token at each concurrency.
 The theory uses E = (1 - a^(k+1)) / (1 - a) with a the acceptance measured
 at k = 1. ``--draft-shape`` sets the draft's width (Qwen3-0.6B's by
@@ -46,24 +47,33 @@ K_MAX = 8
 PROMPT_LEN = 64
 
 
-def prompts(batch: int, seed: int) -> list[dict[str, list[int]]]:
+def prompts(batch: int, seed: int, text: bool = False) -> list[dict[str, list[int]]]:
+    """``batch`` prompts of random token ids, or (``text``) of code the bundled
+    pair was trained on, as token ids of its tokenizer."""
+    if text:
+        tokenizer = bundled_tokenizer()
+        return [{"prompt_token_ids": tokenizer.encode(f"def f{seed}_{i}(x, y):\n    ")}
+                for i in range(batch)]  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(1000, 100000, (batch, PROMPT_LEN), generator=gen)
     return [{"prompt_token_ids": row.tolist()} for row in ids]
 
 
-def timed(llm: LLM, batch: int, max_tokens: int) -> tuple[float, list[list[int]]]:
+def timed(
+    llm: LLM, batch: int, max_tokens: int, text: bool = False
+) -> tuple[float, list[list[int]]]:
     """Tokens/s of greedy decoding of ``batch`` prompts, and the tokens."""
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    llm.generate(prompts(batch, 0), SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
+    warm_up = SamplingParams(temperature=0, max_tokens=8)
+    llm.generate(prompts(batch, 0, text), warm_up, use_tqdm=False)
     start = time.perf_counter()
-    outs = llm.generate(prompts(batch, 1), params, use_tqdm=False)
+    outs = llm.generate(prompts(batch, 1, text), params, use_tqdm=False)
     tokens = [list(o.outputs[0].token_ids) for o in outs]
     return sum(map(len, tokens)) / (time.perf_counter() - start), tokens
 
 
-def tokens_per_s(llm: LLM, batch: int, max_tokens: int) -> float:
-    return timed(llm, batch, max_tokens)[0]
+def tokens_per_s(llm: LLM, batch: int, max_tokens: int, text: bool = False) -> float:
+    return timed(llm, batch, max_tokens, text)[0]
 
 
 def step_counts(llm: LLM) -> dict[str, dict[str, float]]:
@@ -76,7 +86,9 @@ def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return {w: {n: round(after[w][n] - v, 4) for n, v in before[w].items()} for w in before}
 
 
-def same_as_plain(llm: LLM, rows: list[dict[str, Any]], outputs: list[list[list[int]]]) -> None:
+def same_as_plain(
+    llm: LLM, rows: list[dict[str, Any]], outputs: list[list[list[int]]], text: bool = False
+) -> None:
     """Mark each row with the share of its sequences whose greedy tokens equal
     those of k = 0 (a plain target step every round) at the same concurrency,
     and where one differs, the gap between the target's two likeliest tokens
@@ -91,7 +103,7 @@ def same_as_plain(llm: LLM, rows: list[dict[str, Any]], outputs: list[list[list[
             continue
         same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
         row["same_tokens_as_k0"] = sum(same) / len(same)
-        asked = prompts(row["batch"], 1)
+        asked = prompts(row["batch"], 1, text)
         parted = []
         for prompt, a, b in zip(asked, out, plain[row["batch"]], strict=True):
             if a != b:
@@ -138,7 +150,7 @@ def free() -> None:
 
 
 def engine_rows(
-    llm: LLM, concurrency: list[int], max_tokens: int, ks: list[int]
+    llm: LLM, concurrency: list[int], max_tokens: int, ks: list[int], text: bool = False
 ) -> list[dict[str, Any]]:
     """Tokens/s and acceptance at every concurrency for k adaptive and pinned to each of ``ks``."""
     assert llm.engine.rounds.chooser is not None, "the speculative LLM must choose k adaptively"
@@ -149,7 +161,7 @@ def engine_rows(
         for batch in concurrency:
             length = max_tokens if k is None else 4
             warm_up = SamplingParams(temperature=0, max_tokens=length)
-            llm.generate(prompts(batch, 2), warm_up, use_tqdm=False)
+            llm.generate(prompts(batch, 2, text), warm_up, use_tqdm=False)
     # Adaptive first, with nothing measured: it learns from its own rounds only.
     chooser = llm.engine.rounds.chooser = KChooser(K_MAX)
     rows, outputs = [], []
@@ -157,7 +169,7 @@ def engine_rows(
         chooser.pin(k)
         for batch in concurrency:
             before, steps = llm.engine.metrics.copy(), step_counts(llm)
-            rate, tokens = timed(llm, batch, max_tokens)
+            rate, tokens = timed(llm, batch, max_tokens, text)
             outputs.append(tokens)
             after = llm.engine.metrics.copy()
             steps = counts_since(steps, step_counts(llm))
@@ -170,28 +182,35 @@ def engine_rows(
                  "steps": steps}
             )  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
-    same_as_plain(llm, rows, outputs)
+    same_as_plain(llm, rows, outputs, text)
     return rows
 
 
-def alone(folder: Path, concurrency: list[int], max_tokens: int) -> dict[int, float]:
+def alone(
+    folder: Path | str, concurrency: list[int], max_tokens: int, text: bool = False
+) -> dict[int, float]:
     """Tokens/s of ``folder`` decoding alone at each concurrency."""
     llm = LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
-    rates = {b: tokens_per_s(llm, b, max_tokens) for b in concurrency}
+    rates = {b: tokens_per_s(llm, b, max_tokens, text) for b in concurrency}
     del llm
     free()
     return rates
 
 
 def speculative(
-    target: Path, draft: Path, concurrency: list[int], max_tokens: int, ks: list[int]
+    target: Path | str,
+    draft: Path | str,
+    concurrency: list[int],
+    max_tokens: int,
+    ks: list[int],
+    text: bool = False,
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
     llm = LLM(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
     )  # fmt: skip
-    rows = engine_rows(llm, concurrency, max_tokens, ks)
+    rows = engine_rows(llm, concurrency, max_tokens, ks, text)
     del llm
     free()
     return rows
@@ -223,6 +242,16 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
         write(report, args.out)
 
 
+def bundled_pair(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """The bundled trained pair in bf16 on prompts of the code it was trained on."""
+    target, draft = "specserve/demo-target", "specserve/demo-draft"
+    conc, tokens = args.concurrency, args.max_tokens
+    report["target_only"] = alone(target, conc, tokens, text=True)
+    report["draft_only"] = alone(draft, conc, tokens, text=True)
+    rows = speculative(target, draft, conc, tokens, args.ks, text=True)
+    report["pairs"].append({"wanted_acceptance": None, "name": "bundled", "rows": rows})
+
+
 def write(report: dict[str, Any], out: Path | None) -> None:
     if out:
         out.write_text(json.dumps(report, indent=1, default=str))
@@ -242,11 +271,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--ks", nargs="+", type=int, default=list(range(K_MAX + 1)))
     parser.add_argument("--seed-shapes", action="store_true")
+    parser.add_argument("--bundled", action="store_true", help="the bundled pair, in bf16")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "args": vars(args)}
     report["pairs"] = []
-    realistic_pairs(args, report)
+    if args.bundled:
+        bundled_pair(args, report)
+    else:
+        realistic_pairs(args, report)
     conc, tokens = args.concurrency, args.max_tokens
     if args.seed_shapes:
         small = args.checkpoints / "qwen3-0.6b"
