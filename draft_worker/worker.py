@@ -8,8 +8,10 @@ truncated q is exactly what the token was drawn from, and it is returned with
 the token (rejection sampling is lossless for any q). A greedy draft's q is
 one-hot on its argmax, which is what the target assumes of a draft sent
 without q: a batch of greedy requests sends none (no softmax or top-N over
-the vocabulary per step, nothing to check, copy or send). Afterwards the sequence
-holds its tokens and the first k-1 drafts (the k-th was never fed back).
+the vocabulary per step, nothing to check, copy or send). The drafts stay on
+the device (``DeviceTokens``): no step, nor the end of drafting, waits for the
+GPU. Afterwards the sequence holds its tokens and the first k-1 drafts (the
+k-th was never fed back).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import OK
-from protos.messages import Proposal, ProposeRequest
+from protos.messages import DeviceTokens, DraftedBatch, Proposal, ProposeRequest
 from worker_base.local_worker import LocalWorker
 
 
@@ -98,12 +100,16 @@ class DraftWorker(LocalWorker):
             tokens.append(drafted)
             # The next step feeds these tokens from the device: no host sync.
             chunks = [SequenceChunk(c.seq_id, [0]) for c in chunks]
-        drafts = torch.stack(tokens, 1).tolist()  # [B, k]
+        # Left on the device: read back with the verify's results, or by the wire.
+        drafts = DraftedBatch(torch.stack(tokens, 1))  # [B, k]
         if all_greedy:  # no q: the target takes a draft without one as one-hot
-            return [Proposal(r.tokens.seq_id, OK, drafts[b]) for b, r in enumerate(batch)]
+            return [
+                Proposal(r.tokens.seq_id, OK, DeviceTokens(drafts, b, k))
+                for b, r in enumerate(batch)
+            ]
         all_ids, all_probs = torch.stack(ids, 1), torch.stack(probs, 1)  # [B, k, N]
         return [
-            Proposal(r.tokens.seq_id, OK, drafts[b], all_ids[b], all_probs[b])
+            Proposal(r.tokens.seq_id, OK, DeviceTokens(drafts, b, k), all_ids[b], all_probs[b])
             for b, r in enumerate(batch)
         ]
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from model_runtime.host_copy import device_tensor
+
 # Temperatures below this are greedy.
 GREEDY_EPSILON = 1e-5
 # The largest finite float32: logits are divided by the temperature in float32.
@@ -91,13 +93,11 @@ class SamplingTensors:
             [o.min_p for o in options],
             [float(o.greedy) for o in options],
         ]
-        host = torch.tensor(
+        packed = device_tensor(
             [[v for v, r in zip(col, repeats, strict=True) for _ in range(r)] for col in columns],
-            dtype=torch.float64,
+            torch.float64,
+            device,
         )  # [5, N]; float64 holds every top_k exactly
-        if device.type == "cuda":
-            host = host.pin_memory()
-        packed = host.to(device, non_blocking=True)
         return cls(
             temperature=packed[0].float(),
             top_k=packed[1].long(),

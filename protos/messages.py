@@ -4,11 +4,16 @@ clients convert between the two, so everything behind them is plain Python.
 
 Sparse draft distributions stay tensors in-process ([k, N] token ids and
 probabilities, N = the draft's top-N); only the wire turns them into lists.
+So do the draft tokens of an in-process draft worker (``DeviceTokens``): the
+target feeds them into its verify on the device, and the host reads them with
+the verify's results, not between drafting and verifying.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import torch
 
@@ -18,6 +23,75 @@ from model_runtime.status import SequenceStatus
 
 # Most drafts one sequence may carry in a round (the wire's limit).
 MAX_DRAFT_TOKENS = 32
+
+
+class DraftedBatch:
+    """A batch's draft tokens [B, k] where they were drafted, read on the host
+    at most once, all together."""
+
+    def __init__(self, tokens: torch.Tensor):
+        self.tokens = tokens  # [B, k] int64
+        self._host: list[list[int]] | None = None
+
+    def host(self) -> list[list[int]]:
+        if self._host is None:
+            self._host = self.tokens.tolist()  # one read back for the batch
+        return self._host
+
+    def set_host(self, rows: list[list[int]]) -> None:
+        """The tokens, read back by someone else along with other results."""
+        self._host = rows
+
+    @property
+    def on_host(self) -> bool:
+        return self._host is not None
+
+
+class DeviceTokens(Sequence[int]):
+    """One sequence's drafts: the first ``length`` tokens of row ``row`` of a
+    DraftedBatch. Their count and the tensor need no read back; their values
+    read the whole batch back once."""
+
+    def __init__(self, batch: DraftedBatch, row: int, length: int):
+        self.batch, self.row, self.length = batch, row, length
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        return self.batch.tokens[self.row, : self.length]  # [length]
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice) and i.start in (None, 0) and i.step in (None, 1):
+            end = self.length if i.stop is None else max(0, min(i.stop, self.length))
+            return DeviceTokens(self.batch, self.row, end)  # a prefix stays where it is
+        return self.batch.host()[self.row][: self.length][i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.batch.host()[self.row][: self.length])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"DeviceTokens({list(self) if self.batch.on_host else '...'})"
+
+
+def device_drafts(tokens: Sequence[int]) -> torch.Tensor | None:
+    """The tensor [k] of drafts still where they were drafted; None for a list."""
+    return tokens.tensor if isinstance(tokens, DeviceTokens) else None
+
+
+def read_back(drafts: Iterable[Sequence[int]]) -> None:
+    """Bring every batch behind ``drafts`` to the host (one read back each)."""
+    for tokens in drafts:
+        if isinstance(tokens, DeviceTokens):
+            tokens.batch.host()
 
 
 @dataclass(frozen=True)
@@ -39,7 +113,7 @@ class ProposeRequest:
 class Proposal:
     seq_id: int
     status: SequenceStatus
-    token_ids: list[int] = field(default_factory=list)  # k drafts
+    token_ids: Sequence[int] = field(default_factory=list)  # k drafts (DeviceTokens in process)
     draft_ids: torch.Tensor | None = None  # [k, N] int64: support of each q
     draft_probs: torch.Tensor | None = None  # [k, N] float32: q on that support
 
@@ -50,7 +124,7 @@ class VerifyRequest:
 
     tokens: SequenceTokens
     sampling: SamplingOptions
-    draft_token_ids: list[int] = field(default_factory=list)
+    draft_token_ids: Sequence[int] = field(default_factory=list)  # or DeviceTokens
     draft_ids: torch.Tensor | None = None  # [k, N]
     draft_probs: torch.Tensor | None = None  # [k, N]
 

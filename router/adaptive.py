@@ -6,9 +6,9 @@ over B(k + 1) tokens, and gains each sequence E(k) = 1 + sum over i <= k of
 a_1 ... a_i tokens, where a_j is the chance that draft j is accepted when the
 drafts before it were. Decoding alone (k = 0) costs one target step over B
 tokens per token. The chooser measures all of these as rounds run (wall time
-of the draft and verify calls, by batch size and by tokens in the step;
-acceptance per position) and picks the k in 0..k_max with the most tokens per
-second.
+of the draft and verify calls every few rounds, by batch size and by tokens
+in the step; acceptance per position, every round) and picks the k in
+0..k_max with the most tokens per second.
 
 What it has not measured it learns by probing: every ``probe_every`` rounds
 it drafts one token more than its choice, or one fewer, by turns, so a draft
@@ -31,6 +31,10 @@ class AdaptiveConfig:
     probe_every: int = 16  # rounds between probes of one token more or fewer
     decay: float = 0.95  # weight the acceptance counts keep per new observation
     window: int = 8  # step times kept per bucket; their median is the estimate
+    # Rounds between timed ones: a timed round reads its drafts back before
+    # verifying them, so the draft's steps and the verify are priced apart
+    # (others leave the drafts on the device and let the verify queue behind).
+    time_every: int = 4
 
     def __post_init__(self) -> None:
         if self.probe_every < 1:
@@ -39,6 +43,8 @@ class AdaptiveConfig:
             raise ValueError(f"decay must be in (0, 1), got {self.decay}")
         if self.window < 1:
             raise ValueError(f"window must be >= 1, got {self.window}")
+        if self.time_every < 1:
+            raise ValueError(f"time_every must be >= 1, got {self.time_every}")
 
 
 def _bucket(n: int) -> int:

@@ -14,6 +14,7 @@ have not changed since it was planned.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ from router.sequence import SequenceState
 MAX_PARALLEL_CALLS = 64
 
 # One sequence's proposal: k tokens, and the support and probabilities of each q.
-Draft = tuple[list[int], torch.Tensor | None, torch.Tensor | None]
+Draft = tuple[Sequence[int], torch.Tensor | None, torch.Tensor | None]
 
 
 @dataclass

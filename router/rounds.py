@@ -5,15 +5,18 @@ verifies them all; when adaptive, k is chosen for the round by the
 ``KChooser`` (router/adaptive.py) from what earlier rounds cost and gained,
 except that a round holding a seeded sampling request keeps the configured k
 (a seeded sample depends on the rounds it was drafted in, so its output
-would otherwise depend on its neighbours). With overlap the running
-sequences ride in two micro-batches: a round verifies one while the draft
-pool proposes for the other, always with the configured k.
+would otherwise depend on its neighbours). An in-process draft's tokens stay
+on the device into the verify; every few rounds (``time_every``) the round
+reads them back first, to time the draft's steps apart. With overlap the
+running sequences ride in two micro-batches: a round verifies one while the
+draft pool proposes for the other, always with the configured k.
 """
 
 from __future__ import annotations
 
 import time
 
+from protos.messages import read_back
 from router.adaptive import KChooser
 from router.drafting import Draft, Drafter
 from router.metrics import SpeculationMetrics
@@ -37,6 +40,7 @@ class Rounds:
         self.overlap = overlap
         self.k = drafter.k
         self._turn = 0  # the micro-batch to verify next, with overlap
+        self._rounds = 0
 
     def run(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
         """Draft and verify one round: the verified shares, and the drafts by sequence id."""
@@ -46,8 +50,13 @@ class Rounds:
         seeded = any(s.options.seed is not None and not s.options.greedy for s in seqs)
         k = self.k if self.chooser is None or seeded else self.chooser.choose(len(seqs))
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
+        self._rounds += 1
+        every = self.chooser.config.time_every if self.chooser is not None else 0
+        timed = bool(every) and (self._rounds - 1) % every == 0
         start = time.perf_counter()
         drafts = self.drafter.propose(seqs, k) if k else {}
+        if timed:  # the draft's steps are done when its tokens are on the host
+            read_back(tokens for tokens, _, _ in drafts.values())
         drafted = time.perf_counter()
         # After a round with drafts the draft lacks 1 or 2 of a sequence's tokens;
         # a round whose drafted sequences lacked more also prefilled them.
@@ -55,7 +64,7 @@ class Rounds:
         shares = self.verifier.verify(seqs, drafts)
         k = k if drafts else 0
         self.metrics.record_round(k)
-        if self.chooser is not None:
+        if self.chooser is not None and timed:
             draft_s = drafted - start if steady else None
             self.chooser.observe_round(len(seqs), k, draft_s, time.perf_counter() - drafted)
         return shares, drafts

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from model_runtime.host_copy import device_tensor
+
 PLACEHOLDER = -1
 
 
@@ -122,7 +124,7 @@ def rejection_sample_triton(inputs: RejectionInputs) -> torch.Tensor:
     cu = inputs.cu_num_drafts
     row_seq = [b for b, k in enumerate(inputs.num_drafts) for _ in range(k + 1)]
     row_draft = [s for b, k in enumerate(inputs.num_drafts) for s in [*range(cu[b], cu[b] + k), -1]]
-    cu_t = torch.tensor(cu, dtype=torch.int64, device=device)
+    cu_t = device_tensor(cu, torch.int64, device)
     out = torch.full((batch, k_max + 1), PLACEHOLDER, dtype=torch.int64, device=device)
     sampled = torch.zeros(rows, dtype=torch.int64, device=device)
     draft_probs = inputs.draft_probs
@@ -139,8 +141,8 @@ def rejection_sample_triton(inputs: RejectionInputs) -> torch.Tensor:
     )
     kernels.residual_sample_kernel[(rows,)](
         sampled,
-        torch.tensor(row_seq, dtype=torch.int64, device=device),
-        torch.tensor(row_draft, dtype=torch.int64, device=device),
+        device_tensor(row_seq, torch.int64, device),
+        device_tensor(row_draft, torch.int64, device),
         draft_probs,
         inputs.target_probs,
         inputs.noise,

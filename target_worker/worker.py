@@ -15,20 +15,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.host_copy import device_tensor
 from model_runtime.logprobs import token_logprobs
 from model_runtime.runner import ModelRunner
 from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
 from model_runtime.status import SequenceStatus, StatusCode
-from protos.messages import VerifyOutput, VerifyRequest
+from protos.messages import VerifyOutput, VerifyRequest, device_drafts
 from target_worker.checks import draft_problems
+from target_worker.drafts import chunk_tokens, dense_draft_probs, draft_tensor, input_ids
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
     RejectionInputs,
-    densify,
     rejection_sample_reference,
     rejection_sample_triton,
 )
@@ -86,12 +86,7 @@ class TargetWorker(LocalWorker):
         admitted = iter(
             self.runner.admit(
                 [
-                    (
-                        r.tokens.seq_id,
-                        r.tokens.cached_len,
-                        [*r.tokens.token_ids, *r.draft_token_ids],
-                        0,
-                    )
+                    _admitted(r)
                     for r, problem in zip(requests, problems, strict=True)
                     if problem is None
                 ]
@@ -116,9 +111,10 @@ class TargetWorker(LocalWorker):
         ]
         all_logits = self.runner.forward(
             [
-                SequenceChunk(r.tokens.seq_id, [*r.tokens.token_ids, *r.draft_token_ids], n)
+                SequenceChunk(r.tokens.seq_id, chunk_tokens(r), n)
                 for r, n in zip(batch, num_logits, strict=True)
-            ]
+            ],
+            input_ids(batch, self.vocab_size, self.device),
         )  # [sum(num_logits), V]
         starts = list(itertools.accumulate(num_logits, initial=0))
         sampling_rows = [
@@ -163,12 +159,10 @@ class TargetWorker(LocalWorker):
         inputs = RejectionInputs(
             target_probs=processed_probs(logits, params),
             target_argmax=logits.argmax(-1),
-            draft_ids=torch.tensor(
-                [t for r in batch for t in r.draft_token_ids], dtype=torch.int64, device=self.device
-            ),
-            draft_probs=self._dense_draft_probs(batch, vocab),
+            draft_ids=draft_tensor(batch, self.device),
+            draft_probs=dense_draft_probs(batch, vocab, self.device),
             num_drafts=num_drafts,
-            is_greedy=torch.tensor([r.sampling.greedy for r in batch], device=self.device),
+            is_greedy=device_tensor([r.sampling.greedy for r in batch], torch.bool, self.device),
             uniforms=self.randomness.uniform(
                 list(zip(seeds, positions, num_drafts, strict=True)), "accept"
             ),
@@ -182,16 +176,19 @@ class TargetWorker(LocalWorker):
     def _greedy(
         self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
     ) -> list[list[int]]:
-        """Greedy acceptance on the host from the argmax of every row (one
-        read back, no other launches): drafts are kept while they equal it."""
-        argmax = self.tp.broadcast(logits.argmax(-1)).tolist()  # [R] rank 0's
+        """Greedy acceptance on the host from the argmax of every row, read
+        back in one copy with the drafts still on the device: drafts are kept
+        while they equal it."""
+        argmax = self.tp.broadcast(logits.argmax(-1))  # [R] rank 0's
+        values = torch.cat([argmax, draft_tensor(batch, argmax.device)]).tolist()
+        rows, drafts = values[: len(argmax)], iter(values[len(argmax) :])
         width, row, out = max(num_drafts) + 1, 0, []
-        for r, k in zip(batch, num_drafts, strict=True):
-            tokens = [argmax[row]]
-            for i, draft in enumerate(r.draft_token_ids):
+        for k in num_drafts:
+            tokens, mine = [rows[row]], [next(drafts) for _ in range(k)]
+            for i, draft in enumerate(mine):
                 if draft != tokens[-1]:
                     break
-                tokens.append(argmax[row + i + 1])
+                tokens.append(rows[row + i + 1])
             out.append(tokens + [PLACEHOLDER] * (width - len(tokens)))
             row += k + 1
         return out
@@ -230,33 +227,13 @@ class TargetWorker(LocalWorker):
             result.prompt_logprobs = [next(computed) for _ in range(n_prompt)]
             result.logprobs = [next(computed) for _ in range(n_out)]
 
-    def _dense_draft_probs(self, batch: Sequence[VerifyRequest], vocab: int) -> torch.Tensor:
-        """q of every draft, dense [T, V]; one-hot where a request sent no q (greedy).
 
-        The sparse rows are padded to one width and joined where they arrived
-        (the draft's device in process, the host over gRPC), then moved and
-        scattered in one go: no copy or launch per sequence.
-        """
-        parts = [(r.draft_ids, r.draft_probs, r.draft_token_ids) for r in batch]
-        parts = [part for part in parts if part[2]]  # sequences with drafts
-        if not parts:
-            return torch.zeros(0, vocab, device=self.device)
-        sent = [ids for ids, probs, _ in parts if ids is not None and probs is not None]
-        home = sent[0].device if sent else torch.device("cpu")
-        width = max((ids.shape[1] for ids in sent), default=1)
-        all_ids, all_probs = [], []
-        for ids, probs, tokens in parts:
-            if ids is None or probs is None:
-                ids = torch.tensor(tokens, device=home).unsqueeze(1)  # [k, 1]
-                probs = torch.ones(len(tokens), 1, device=home)
-            ids, probs = ids.to(home), probs.to(home, torch.float32)
-            if pad := width - ids.shape[1]:  # narrower than the widest: zeros after
-                ids, probs = F.pad(ids, (0, pad)), F.pad(probs, (0, pad))
-            all_ids.append(ids)
-            all_probs.append(probs)
-        ids = torch.cat(all_ids).to(self.device, non_blocking=True)  # [T, width]
-        probs = torch.cat(all_probs).to(self.device, non_blocking=True)
-        return densify(ids, probs, vocab)
+def _admitted(r: VerifyRequest) -> tuple[int, int, list[int], int]:
+    """What the runner admits of a request: drafts still on the device are
+    counted, not checked (they are fed within the vocabulary)."""
+    if device_drafts(r.draft_token_ids) is not None:
+        return r.tokens.seq_id, r.tokens.cached_len, r.tokens.token_ids, len(r.draft_token_ids)
+    return r.tokens.seq_id, r.tokens.cached_len, [*r.tokens.token_ids, *r.draft_token_ids], 0
 
 
 def _wants_prompt_logprobs(r: VerifyRequest) -> bool:

@@ -185,7 +185,7 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
             seq_id=seq_id, num_tokens=70, draft_cached=70 - lacks, options=SamplingOptions()
         )
 
-    chooser = KChooser(3)
+    chooser = KChooser(3, AdaptiveConfig(time_every=1))  # every round timed
     chooser.pin(3)
     drafter = SimpleNamespace(
         k=3, propose=lambda seqs, k: {s.seq_id: ([1] * k, None, None) for s in seqs}

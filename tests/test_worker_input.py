@@ -158,14 +158,12 @@ def test_a_batchs_distributions_are_checked_together_each_request_on_its_own() -
 
 
 def test_the_dense_q_of_a_batch_is_each_requests_own_q_in_order() -> None:
-    from types import SimpleNamespace
-
     import torch
 
     from model_runtime.sampling import SamplingOptions
     from protos.messages import SequenceTokens, VerifyRequest
+    from target_worker.drafts import dense_draft_probs
     from target_worker.rejection_sampler import densify
-    from target_worker.worker import TargetWorker
 
     sampled = SamplingOptions(temperature=1.0)
     narrow = VerifyRequest(
@@ -178,8 +176,7 @@ def test_the_dense_q_of_a_batch_is_each_requests_own_q_in_order() -> None:
     )  # fmt: skip
     no_drafts = VerifyRequest(SequenceTokens(3, 0, [3]), sampled)
     greedy = VerifyRequest(SequenceTokens(4, 0, [3]), SamplingOptions(), [8, 8])
-    worker = SimpleNamespace(device=torch.device("cpu"))
-    dense = TargetWorker._dense_draft_probs(worker, [narrow, wide, no_drafts, greedy], 16)  # type: ignore[arg-type]
+    dense = dense_draft_probs([narrow, wide, no_drafts, greedy], 16, torch.device("cpu"))
     expected = torch.cat([
         densify(narrow.draft_ids, narrow.draft_probs, 16),  # type: ignore[arg-type]
         densify(wide.draft_ids, wide.draft_probs, 16),  # type: ignore[arg-type]
