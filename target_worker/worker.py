@@ -180,7 +180,10 @@ class TargetWorker(LocalWorker):
         back in one copy with the drafts still on the device: drafts are kept
         while they equal it."""
         argmax = self.tp.broadcast(logits.argmax(-1))  # [R] rank 0's
-        values = torch.cat([argmax, draft_tensor(batch, argmax.device)]).tolist()
+        if any(num_drafts):
+            values = torch.cat([argmax, draft_tensor(batch, argmax.device)]).tolist()
+        else:
+            values = argmax.tolist()
         rows, drafts = values[: len(argmax)], iter(values[len(argmax) :])
         width, row, out = max(num_drafts) + 1, 0, []
         for k in num_drafts:
