@@ -128,15 +128,15 @@ def main() -> None:
         ]
         settings += [("adaptive", ["--num-speculative-tokens", str(K_MAX), "--no-overlap"])]
         settings += [("overlap", ["--num-speculative-tokens", str(args.overlap_k), "--overlap"])]
+        report["pairs"] = [{"wanted_acceptance": None, "name": args.name, "rows": rows}]
         for label, extra in settings:
             more, outputs = router_rows(args, [*spec, *extra], label)
             for row, out, base in zip(more, outputs, plain, strict=True):
                 same = [a == b for a, b in zip(out, base, strict=True)]
                 row["same_tokens_as_k0"] = sum(same) / len(same)
             rows += more
-    report["pairs"] = [{"wanted_acceptance": None, "name": args.name, "rows": rows}]
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1, default=str))
+            if args.out:  # after every setting: a run cut short keeps what it measured
+                args.out.write_text(json.dumps(report, indent=1, default=str))
     print(json.dumps({k: v for k, v in report.items() if k != "pairs"}, indent=1, default=str))
 
 
