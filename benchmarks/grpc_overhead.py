@@ -15,9 +15,13 @@ Per round, at batch B (every sequence decoding, greedy; by default the bundled
 pair on the CPU, k = 4):
 - model: time inside the workers' propose + verify calls (in-process engine);
 - in-process round: the whole engine step with in-process workers;
-- gRPC round: the same step with the workers in two other processes.
-Router overhead = (gRPC round - model) / gRPC round: scheduling, serialisation
-and RPC together. End to end: generate tokens/s for 1 and 16 concurrent
+- gRPC round: the same step with the workers in two other processes, split
+  into the time waiting on the two RPCs (the workers' calls, their
+  conversions, the transport) and the router's own work (the rest:
+  scheduling, building and reading the messages, bookkeeping).
+Router overhead = the router's own work / gRPC round; transport overhead =
+(gRPC round - model) / gRPC round: everything the three processes add. End
+to end (unless --rounds-only): generate tokens/s for 1 and 16 concurrent
 requests, speculation on and off.
 """
 
@@ -26,18 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import replace
-from functools import partial
 from typing import Any
 
-import grpc
 import torch
 
-from protos import common_pb2, router_pb2, router_pb2_grpc
+from benchmarks.grpc_end_to_end import measure_end_to_end
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
@@ -66,12 +64,12 @@ def gpu_env(gpu: str | None) -> dict[str, str] | None:
 class Timed:
     """Wraps a worker and adds up the time spent inside its batch calls."""
 
-    def __init__(self, worker: Any):
-        self.worker, self.seconds = worker, 0.0
+    def __init__(self, worker: Any, calls: tuple[str, ...] = ("propose", "verify", "prefill")):
+        self.worker, self.calls, self.seconds = worker, calls, 0.0
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.worker, name)
-        if name not in ("propose", "verify", "prefill"):
+        if name not in self.calls:
             return attr
 
         def timed(*args: Any) -> Any:
@@ -101,14 +99,26 @@ def engine_local(args: argparse.Namespace) -> tuple[LLMEngine, Workers]:
     return LLMEngine(config, workers), workers
 
 
-def round_ms(engine: LLMEngine, batch: int, rounds: int = 10) -> tuple[float, float]:
-    """(mean step ms, mean ms inside the workers) with ``batch`` sequences decoding."""
+def timed_rpcs(workers: Workers) -> list[Timed]:
+    """Time the batch streams of gRPC worker clients: the round trips alone."""
+    streams = []
+    for client in (*workers.targets, *workers.drafts):
+        for name in ("_propose", "_verify"):
+            if hasattr(client, name):
+                streams.append(Timed(getattr(client, name), calls=("call",)))
+                setattr(client, name, streams[-1])
+    return streams
+
+
+def round_ms(
+    engine: LLMEngine, batch: int, timers: list[Timed], rounds: int = 10
+) -> tuple[float, float]:
+    """(mean step ms, mean ms inside ``timers``) with ``batch`` sequences decoding."""
     params = SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"b{batch}-{i}", engine.tokenizer.encode(f"def f{i}(x):"), params)
     for _ in range(3):
         engine.step()  # admit, prefill, warm up
-    timers = [w for w in (*engine.workers.targets, *engine.workers.drafts) if isinstance(w, Timed)]
     for t in timers:
         t.seconds = 0.0
     start = time.perf_counter()
@@ -119,31 +129,6 @@ def round_ms(engine: LLMEngine, batch: int, rounds: int = 10) -> tuple[float, fl
     for seq in list(engine.running):
         engine.abort(seq.request_id)
     return total, inside
-
-
-def tokens_per_s(generate_one: Callable[[int], int], concurrency: int, requests: int) -> float:
-    start = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        tokens = sum(pool.map(generate_one, range(requests)))
-    return tokens / (time.perf_counter() - start)
-
-
-def in_process_tokens_per_s(
-    engine: LLMEngine, concurrency: int, requests: int, max_tokens: int
-) -> float:
-    """As the gRPC clients load the router: ``concurrency`` requests in flight,
-    a new one added as soon as one finishes."""
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    waiting = deque(range(requests))
-    in_flight = 0
-    start = time.perf_counter()
-    while waiting or engine.has_unfinished():
-        while waiting and in_flight < concurrency:
-            i = waiting.popleft()
-            engine.add_request(str(i), engine.tokenizer.encode(f"def f{i}(x):"), params)
-            in_flight += 1
-        in_flight -= len(engine.step())
-    return requests * max_tokens / (time.perf_counter() - start)
 
 
 def parse_args() -> argparse.Namespace:
@@ -159,6 +144,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-kv-blocks", type=int, default=4096)
     parser.add_argument("--draft-gpu", help="CUDA_VISIBLE_DEVICES of the draft worker process")
     parser.add_argument("--target-gpu", help="CUDA_VISIBLE_DEVICES of the target worker process")
+    parser.add_argument("--rounds-only", action="store_true", help="skip the end-to-end runs")
     parser.add_argument("--out")
     return parser.parse_args()
 
@@ -186,17 +172,22 @@ def measure_rounds(
         SpeculativeConfig(args.draft, args.k, adaptive_k=False),
         log_stats_interval_s=None,
     )
-    remote = LLMEngine(config, build_remote_workers([target], [draft]))
+    remote_workers = build_remote_workers([target], [draft])
+    remote, rpcs = LLMEngine(config, remote_workers), timed_rpcs(remote_workers)
+    local_timers = [*local.workers.targets, *local.workers.drafts]
     rows = []
     for batch in args.batch:
-        local_ms, model_ms = round_ms(local, batch)
-        grpc_ms, _ = round_ms(remote, batch)
+        local_ms, model_ms = round_ms(local, batch, local_timers)  # type: ignore[arg-type]
+        grpc_ms, rpc_ms = round_ms(remote, batch, rpcs)
         row = {
             "batch": batch,
             "model_ms": model_ms,
             "in_process_round_ms": local_ms,
             "grpc_round_ms": grpc_ms,
-            "router_overhead_fraction": (grpc_ms - model_ms) / grpc_ms,
+            "rpc_ms": rpc_ms,
+            "router_own_ms": grpc_ms - rpc_ms,
+            "router_overhead_fraction": (grpc_ms - rpc_ms) / grpc_ms,
+            "transport_overhead_fraction": (grpc_ms - model_ms) / grpc_ms,
             "acceptance_rate": local.metrics.acceptance_rate,
         }
         rows.append(row)
@@ -204,69 +195,17 @@ def measure_rounds(
     return rows
 
 
-def measure_end_to_end(
-    args: argparse.Namespace,
-    local: LLMEngine,
-    local_workers: Workers,
-    addresses: tuple[str, str],
-    stack: ExitStack,
-) -> list[dict[str, Any]]:
-    """Tokens/s through a router process and in process, with and without
-    speculation and overlap, at 1 and 16 requests in flight."""
-    (target, draft), rows = addresses, []
-    for speculate, overlap in ((False, False), (True, False), (True, True)):
-        router_args = ["--target-workers", target, "--num-speculative-tokens", str(args.k)]
-        router_args += ["--overlap" if overlap else "--no-overlap"]
-        router_args += ["--draft-workers", draft] if speculate else []
-        router, _ = stack.enter_context(service("router", *router_args))
-        # The same in-process workers, with speculation or without.
-        engine = LLMEngine(
-            replace(
-                local.config,
-                speculative=local.config.speculative if speculate else None,
-                overlap=overlap,
-            ),
-            replace(local_workers, drafts=local_workers.drafts if speculate else []),
-        )
-        stub = router_pb2_grpc.RouterStub(stack.enter_context(grpc.insecure_channel(router)))
-        over_grpc = partial(generate_over_grpc, stub, args.max_tokens)
-        for concurrency in (1, 16):
-            requests = concurrency * 2
-            row = {
-                "speculation": speculate,
-                "overlap": overlap,
-                "concurrency": concurrency,
-                "in_process_tokens_per_s": in_process_tokens_per_s(
-                    engine, concurrency, requests, args.max_tokens
-                ),
-                "three_processes_tokens_per_s": tokens_per_s(over_grpc, concurrency, requests),
-            }
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    return rows
-
-
-def generate_over_grpc(stub: router_pb2_grpc.RouterStub, max_tokens: int, i: int) -> int:
-    """Tokens of one greedy completion of prompt ``i`` through the router."""
-    request = router_pb2.GenerateRequest(
-        text=f"def f{i}(x):",
-        max_tokens=max_tokens,
-        ignore_eos=True,
-        sampling=common_pb2.SamplingParams(temperature=0),
-    )
-    return sum(len(r.token_ids) for r in stub.Generate(request, timeout=600))
-
-
 def print_summary(result: dict[str, Any]) -> None:
     print(f"\nrounds (k={result['k']}, {result['device']}, {result['threads']} threads):")
-    print(f"{'batch':>6}{'model':>9}{'in-proc':>9}{'gRPC':>9}{'overhead':>10}")
+    print(f"{'batch':>6}{'model':>9}{'in-proc':>9}{'gRPC':>9}{'router':>9}{'transport':>10}")
     for r in result["rounds"]:
         print(
             f"{r['batch']:>6}{r['model_ms']:>9.1f}{r['in_process_round_ms']:>9.1f}"
-            f"{r['grpc_round_ms']:>9.1f}{r['router_overhead_fraction']:>10.0%}"
+            f"{r['grpc_round_ms']:>9.1f}{r['router_overhead_fraction']:>9.0%}"
+            f"{r['transport_overhead_fraction']:>10.0%}"
         )
     print("end to end tokens/s:")
-    for r in result["end_to_end"]:
+    for r in result.get("end_to_end", []):
         print(
             f"  speculation {r['speculation']!s:<6} overlap {r['overlap']!s:<6} "
             f"concurrency {r['concurrency']:>3}: "
@@ -287,7 +226,8 @@ def main() -> None:
     with ExitStack() as stack:
         addresses = start_workers(args, stack)
         result["rounds"] = measure_rounds(args, local, *addresses)
-        result["end_to_end"] = measure_end_to_end(args, local, local_workers, addresses, stack)
+        if not args.rounds_only:
+            result["end_to_end"] = measure_end_to_end(args, local, local_workers, addresses, stack)
     print_summary(result)
     if args.out:
         with open(args.out, "w") as f:

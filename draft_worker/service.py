@@ -40,10 +40,7 @@ class DraftWorkerService(WorkerServicer, draft_worker_pb2_grpc.DraftWorkerServic
 
 
 def _result(batch: dpb.ProposeBatch, proposals: list[Proposal], free: int) -> dpb.ProposeResult:
-    protos, packed = convert.proposals_to_proto(proposals)
-    return dpb.ProposeResult(
-        batch_id=batch.batch_id, proposals=protos, num_free_blocks=free, packed_probs=packed
-    )
+    return convert.propose_result_to_proto(batch.batch_id, proposals, free)
 
 
 def build_draft_worker(

@@ -2,7 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -24,14 +24,6 @@ class SamplingParams(_message.Message):
     logprobs: int
     prompt_logprobs: int
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., seed: _Optional[int] = ..., logprobs: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ...) -> None: ...
-
-class SparseDistribution(_message.Message):
-    __slots__ = ("token_ids", "probs")
-    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
-    PROBS_FIELD_NUMBER: _ClassVar[int]
-    token_ids: _containers.RepeatedScalarFieldContainer[int]
-    probs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class PackedDistributions(_message.Message):
     __slots__ = ("rows", "width", "token_ids", "probs")
@@ -79,15 +71,33 @@ class SequenceStatus(_message.Message):
     message: str
     def __init__(self, code: _Optional[_Union[SequenceStatus.Code, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
-class SequenceTokens(_message.Message):
-    __slots__ = ("seq_id", "cached_len", "token_ids")
-    SEQ_ID_FIELD_NUMBER: _ClassVar[int]
-    CACHED_LEN_FIELD_NUMBER: _ClassVar[int]
+class SequenceBatch(_message.Message):
+    __slots__ = ("seq_ids", "cached_lens", "num_tokens", "token_ids", "samplings", "sampling_index")
+    SEQ_IDS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_LENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
-    seq_id: int
-    cached_len: int
+    SAMPLINGS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_INDEX_FIELD_NUMBER: _ClassVar[int]
+    seq_ids: _containers.RepeatedScalarFieldContainer[int]
+    cached_lens: _containers.RepeatedScalarFieldContainer[int]
+    num_tokens: _containers.RepeatedScalarFieldContainer[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, seq_id: _Optional[int] = ..., cached_len: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    samplings: _containers.RepeatedCompositeFieldContainer[SamplingParams]
+    sampling_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, seq_ids: _Optional[_Iterable[int]] = ..., cached_lens: _Optional[_Iterable[int]] = ..., num_tokens: _Optional[_Iterable[int]] = ..., token_ids: _Optional[_Iterable[int]] = ..., samplings: _Optional[_Iterable[_Union[SamplingParams, _Mapping]]] = ..., sampling_index: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Drafts(_message.Message):
+    __slots__ = ("num_drafts", "token_ids", "sampled", "probs")
+    NUM_DRAFTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_FIELD_NUMBER: _ClassVar[int]
+    PROBS_FIELD_NUMBER: _ClassVar[int]
+    num_drafts: _containers.RepeatedScalarFieldContainer[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    sampled: _containers.RepeatedScalarFieldContainer[int]
+    probs: PackedDistributions
+    def __init__(self, num_drafts: _Optional[_Iterable[int]] = ..., token_ids: _Optional[_Iterable[int]] = ..., sampled: _Optional[_Iterable[int]] = ..., probs: _Optional[_Union[PackedDistributions, _Mapping]] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ()

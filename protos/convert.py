@@ -1,116 +1,36 @@
-"""Conversions between the wire messages (``*_pb2``) and the in-process ones
-(``protos.messages``). Servicers and gRPC clients call these and nothing else
-touches protobuf."""
+"""Conversions between the workers' batch messages (``*_pb2``) and the
+in-process ones (``protos.messages``). Servicers and gRPC clients call these
+and nothing else touches the workers' protobuf.
+
+Every batch travels column by column (``protos.columns``); a result's entries
+are in its batch's order, so the sequence ids of a result come from the
+requests it answers.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
-import torch
-
-from model_runtime.logprobs import TokenLogprob
-from model_runtime.sampling import SamplingOptions
-from model_runtime.status import SequenceStatus, StatusCode
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
-from protos.distributions import (
-    pack_distributions,
-    pack_rows,
-    received_distributions,
-    refuse_both_forms,
-    sent_rows,
-    unpack_rows,
+from protos.columns import (
+    Drafted,
+    drafts_from_proto,
+    drafts_to_proto,
+    failed_to_proto,
+    sequences_from_proto,
+    sequences_to_proto,
+    split,
+    statuses_from_proto,
 )
-from protos.messages import (
-    Proposal,
-    ProposeRequest,
-    SequenceTokens,
-    VerifyOutput,
-    VerifyRequest,
-    WorkerInfo,
-)
+from protos.fields import logprob_from_proto, logprob_to_proto, status_from_proto, status_to_proto
+from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest
 
 
-def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
-    return pb.SamplingParams(
-        temperature=o.temperature,
-        top_p=o.top_p,
-        top_k=o.top_k,
-        min_p=o.min_p,
-        seed=o.seed,
-        logprobs=o.logprobs,
-        prompt_logprobs=o.prompt_logprobs,
-    )
-
-
-def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
-    """Raises ValueError for values out of range (the servicer's INVALID_ARGUMENT)."""
-    return SamplingOptions(
-        temperature=m.temperature,
-        top_p=m.top_p if m.top_p > 0 else 1.0,  # unset: keep everything
-        top_k=m.top_k,
-        min_p=m.min_p,
-        seed=m.seed if m.HasField("seed") else None,
-        logprobs=m.logprobs if m.HasField("logprobs") else None,
-        prompt_logprobs=m.prompt_logprobs if m.HasField("prompt_logprobs") else None,
-    )
-
-
-def logprob_to_proto(t: TokenLogprob) -> pb.TokenLogprob:
-    return pb.TokenLogprob(
-        token_id=t.token_id,
-        logprob=t.logprob,
-        rank=t.rank,
-        top_token_ids=t.top_token_ids,
-        top_logprobs=t.top_logprobs,
-    )
-
-
-def logprob_from_proto(m: pb.TokenLogprob) -> TokenLogprob:
-    return TokenLogprob(m.token_id, m.logprob, m.rank, list(m.top_token_ids), list(m.top_logprobs))
-
-
-def tokens_to_proto(t: SequenceTokens) -> pb.SequenceTokens:
-    return pb.SequenceTokens(seq_id=t.seq_id, cached_len=t.cached_len, token_ids=t.token_ids)
-
-
-def tokens_from_proto(m: pb.SequenceTokens) -> SequenceTokens:
-    return SequenceTokens(m.seq_id, m.cached_len, list(m.token_ids))
-
-
-def status_to_proto(s: SequenceStatus) -> pb.SequenceStatus:
-    return pb.SequenceStatus(code=s.code.name, message=s.message)
-
-
-def status_from_proto(m: pb.SequenceStatus) -> SequenceStatus:
-    return SequenceStatus(StatusCode(m.code), m.message)
-
-
-def worker_info_to_proto(info: WorkerInfo) -> pb.WorkerInfo:
-    return pb.WorkerInfo(
-        model=info.model,
-        vocab_size=info.vocab_size,
-        max_model_len=info.max_model_len,
-        block_size=info.block_size,
-        num_blocks=info.num_blocks,
-        num_free_blocks=info.num_free_blocks,
-        max_num_batched_tokens=info.max_num_batched_tokens,
-        max_num_seqs=info.max_num_seqs,
-    )
-
-
-def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
-    return WorkerInfo(
-        m.model,
-        m.vocab_size,
-        m.max_model_len,
-        m.block_size,
-        m.num_blocks,
-        m.num_free_blocks,
-        m.max_num_batched_tokens,
-        m.max_num_seqs,
-    )
+def _sequences(requests: Sequence[ProposeRequest] | Sequence[VerifyRequest]) -> pb.SequenceBatch:
+    return sequences_to_proto([r.tokens for r in requests], [r.sampling for r in requests])
 
 
 # ----------------------------------------------------------------- draft worker
@@ -122,152 +42,132 @@ def propose_batch_to_proto(
     return dpb.ProposeBatch(
         batch_id=batch_id,
         num_draft_tokens=k,
-        sequences=[
-            dpb.ProposeRequest(
-                tokens=tokens_to_proto(r.tokens), sampling=sampling_to_proto(r.sampling)
-            )
-            for r in requests
-        ],
+        sequences=_sequences(requests),
     )
 
 
 def propose_batch_from_proto(m: dpb.ProposeBatch) -> list[ProposeRequest]:
-    return [
-        ProposeRequest(tokens_from_proto(r.tokens), sampling_from_proto(r.sampling))
-        for r in m.sequences
-    ]
+    tokens, options = sequences_from_proto(m.sequences)
+    return [ProposeRequest(t, o) for t, o in zip(tokens, options, strict=True)]
 
 
-def proposals_to_proto(
-    proposals: Sequence[Proposal],
-) -> tuple[list[dpb.Proposal], pb.PackedDistributions | None]:
-    """A batch's proposals, and their distributions (on the draft's device)
-    packed together for the ProposeResult when they share a width: one copy
-    off the device and one conversion for the batch. Otherwise each proposal
-    carries its own."""
-    drafted = [p for p in proposals if p.status.ok and p.token_ids]
-    parts = sent_rows(drafted, [len(p.token_ids) for p in drafted])
-    packed = None if parts is None else pack_rows(parts)
-    return [
-        dpb.Proposal(
-            seq_id=p.seq_id,
-            status=status_to_proto(p.status),
-            token_ids=p.token_ids,
-            packed_probs=None if packed else pack_distributions(p.draft_ids, p.draft_probs),
-        )
+def propose_result_to_proto(
+    batch_id: int, proposals: Sequence[Proposal], num_free_blocks: int
+) -> dpb.ProposeResult:
+    """A batch's proposals (their distributions, on the draft's device, packed
+    together: one copy off the device)."""
+    drafts: list[Drafted] = [
+        (p.token_ids, p.draft_ids, p.draft_probs) if p.status.ok else ([], None, None)
         for p in proposals
-    ], packed
-
-
-def proposals_from_proto(m: dpb.ProposeResult) -> list[Proposal]:
-    if not m.HasField("packed_probs"):
-        return [_proposal_from_proto(p) for p in m.proposals]
-    refuse_both_forms(m.proposals)
-    drafted = [p.status.code == pb.SequenceStatus.OK and bool(p.token_ids) for p in m.proposals]
-    counts = [len(p.token_ids) for p, d in zip(m.proposals, drafted, strict=True) if d]
-    parts = iter(unpack_rows(m.packed_probs, counts))
-    return [
-        Proposal(
-            p.seq_id,
-            status_from_proto(p.status),
-            list(p.token_ids),
-            *(next(parts) if d else (None, None)),
-        )
-        for p, d in zip(m.proposals, drafted, strict=True)
     ]
+    return dpb.ProposeResult(
+        batch_id=batch_id,
+        num_free_blocks=num_free_blocks,
+        drafts=drafts_to_proto(drafts),
+        failed=failed_to_proto(p.status for p in proposals),
+    )
 
 
-def _proposal_from_proto(m: dpb.Proposal) -> Proposal:
-    ids, probs = received_distributions(m)
-    return Proposal(m.seq_id, status_from_proto(m.status), list(m.token_ids), ids, probs)
+def propose_result_from_proto(
+    m: dpb.ProposeResult, requests: Sequence[ProposeRequest]
+) -> list[Proposal]:
+    """The proposals answering ``requests`` (ValueError if they cannot)."""
+    n = len(requests)
+    statuses = statuses_from_proto(m.failed, n)
+    return [
+        Proposal(r.tokens.seq_id, status, list(tokens), ids, probs)
+        for r, status, (tokens, ids, probs) in zip(
+            requests, statuses, drafts_from_proto(m.drafts, n), strict=True
+        )
+    ]
 
 
 # ---------------------------------------------------------------- target worker
 
 
 def verify_batch_to_proto(batch_id: int, requests: Sequence[VerifyRequest]) -> tpb.VerifyBatch:
-    """A verify batch; the distributions of its requests with drafts travel
-    packed together when every one has them, of one width."""
-    drafted = [r for r in requests if r.draft_token_ids]
-    parts = sent_rows(drafted, [len(r.draft_token_ids) for r in drafted])
-    packed = None if parts is None else pack_rows(parts)
     return tpb.VerifyBatch(
         batch_id=batch_id,
-        sequences=[_verify_request_to_proto(r, with_probs=packed is None) for r in requests],
-        packed_probs=packed,
+        sequences=_sequences(requests),
+        drafts=drafts_to_proto([(r.draft_token_ids, r.draft_ids, r.draft_probs) for r in requests]),
     )
 
 
 def verify_batch_from_proto(m: tpb.VerifyBatch) -> list[VerifyRequest]:
-    if not m.HasField("packed_probs"):
-        return [_verify_request_from_proto(r, received_distributions(r)) for r in m.sequences]
-    refuse_both_forms(m.sequences)
-    drafted = [r for r in m.sequences if r.draft_token_ids]
-    parts = iter(unpack_rows(m.packed_probs, [len(r.draft_token_ids) for r in drafted]))
+    tokens, options = sequences_from_proto(m.sequences)
+    drafts = drafts_from_proto(m.drafts, len(tokens))
     return [
-        _verify_request_from_proto(r, next(parts) if r.draft_token_ids else (None, None))
-        for r in m.sequences
+        VerifyRequest(t, o, list(ids), draft_ids, draft_probs)
+        for t, o, (ids, draft_ids, draft_probs) in zip(tokens, options, drafts, strict=True)
     ]
 
 
-def _verify_request_to_proto(r: VerifyRequest, with_probs: bool) -> tpb.VerifyRequest:
-    return tpb.VerifyRequest(
-        tokens=tokens_to_proto(r.tokens),
-        sampling=sampling_to_proto(r.sampling),
-        draft_token_ids=r.draft_token_ids,
-        packed_probs=pack_distributions(r.draft_ids, r.draft_probs) if with_probs else None,
+def verify_result_to_proto(
+    batch_id: int, outputs: Sequence[VerifyOutput], num_free_blocks: int
+) -> tpb.VerifyResult:
+    flat: list[int] = []
+    for o in outputs:
+        flat += o.token_ids
+    asked = any(o.logprobs for o in outputs)
+    return tpb.VerifyResult(
+        batch_id=batch_id,
+        num_free_blocks=num_free_blocks,
+        num_tokens=[len(o.token_ids) for o in outputs],
+        token_ids=flat,
+        num_accepted_drafts=[o.num_accepted_drafts for o in outputs],
+        failed=failed_to_proto(o.status for o in outputs),
+        logprobs=[logprob_to_proto(t) for o in outputs for t in o.logprobs],
+        num_logprobs=[len(o.logprobs) for o in outputs] if asked else [],
     )
 
 
-def _verify_request_from_proto(
-    m: tpb.VerifyRequest, distributions: tuple[torch.Tensor | None, torch.Tensor | None]
-) -> VerifyRequest:
-    ids, probs = distributions
-    if ids is not None and ids.shape[0] != len(m.draft_token_ids):
-        raise ValueError(
-            f"sequence {m.tokens.seq_id}: {len(m.draft_token_ids)} drafts but "
-            f"{ids.shape[0]} draft distributions"
+def verify_result_from_proto(
+    m: tpb.VerifyResult, requests: Sequence[VerifyRequest]
+) -> list[VerifyOutput]:
+    """The outputs answering ``requests`` (ValueError if they cannot)."""
+    n = len(requests)
+    if len(m.num_accepted_drafts) != n:
+        raise ValueError(f"{len(m.num_accepted_drafts)} outputs for a batch of {n}")
+    statuses = statuses_from_proto(m.failed, n)
+    tokens = split(m.token_ids, m.num_tokens) if len(m.num_tokens) == n else None
+    if tokens is None:
+        raise ValueError(f"token counts for {len(m.num_tokens)} sequences in a batch of {n}")
+    logprobs = [logprob_from_proto(t) for t in m.logprobs]
+    counts = list(m.num_logprobs) or [0] * n
+    if len(counts) != n or sum(counts) != len(logprobs):
+        raise ValueError(f"{len(logprobs)} logprobs for counts {counts}")
+    ends = accumulate(counts)
+    return [
+        VerifyOutput(r.tokens.seq_id, s, t, a, logprobs[end - c : end])
+        for r, s, t, a, c, end in zip(
+            requests, statuses, tokens, m.num_accepted_drafts, counts, ends, strict=True
         )
-    return VerifyRequest(
-        tokens_from_proto(m.tokens),
-        sampling_from_proto(m.sampling),
-        list(m.draft_token_ids),
-        ids,
-        probs,
+    ]
+
+
+def prefill_batch_to_proto(batch_id: int, requests: Sequence[VerifyRequest]) -> tpb.PrefillBatch:
+    return tpb.PrefillBatch(
+        batch_id=batch_id,
+        sequences=_sequences(requests),
     )
 
 
-def verify_output_to_proto(o: VerifyOutput) -> tpb.VerifyOutput:
-    return tpb.VerifyOutput(
-        seq_id=o.seq_id,
-        status=status_to_proto(o.status),
-        token_ids=o.token_ids,
-        num_accepted_drafts=o.num_accepted_drafts,
-        logprobs=[logprob_to_proto(t) for t in o.logprobs],
+def prefill_batch_from_proto(m: tpb.PrefillBatch) -> list[VerifyRequest]:
+    tokens, options = sequences_from_proto(m.sequences)
+    return [VerifyRequest(t, o) for t, o in zip(tokens, options, strict=True)]
+
+
+def prefill_result_to_proto(
+    batch_id: int, outputs: Sequence[VerifyOutput], num_free_blocks: int
+) -> tpb.PrefillResult:
+    return tpb.PrefillResult(
+        batch_id=batch_id,
+        num_free_blocks=num_free_blocks,
+        outputs=[_prefill_output_to_proto(o) for o in outputs],
     )
 
 
-def verify_output_from_proto(m: tpb.VerifyOutput) -> VerifyOutput:
-    return VerifyOutput(
-        m.seq_id,
-        status_from_proto(m.status),
-        list(m.token_ids),
-        m.num_accepted_drafts,
-        [logprob_from_proto(t) for t in m.logprobs],
-    )
-
-
-def prefill_request_to_proto(r: VerifyRequest) -> tpb.PrefillRequest:
-    return tpb.PrefillRequest(
-        tokens=tokens_to_proto(r.tokens), sampling=sampling_to_proto(r.sampling)
-    )
-
-
-def prefill_request_from_proto(m: tpb.PrefillRequest) -> VerifyRequest:
-    return VerifyRequest(tokens_from_proto(m.tokens), sampling_from_proto(m.sampling))
-
-
-def prefill_output_to_proto(o: VerifyOutput) -> tpb.PrefillOutput:
+def _prefill_output_to_proto(o: VerifyOutput) -> tpb.PrefillOutput:
     return tpb.PrefillOutput(
         seq_id=o.seq_id,
         status=status_to_proto(o.status),

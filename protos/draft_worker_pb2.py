@@ -25,21 +25,21 @@ _sym_db = _symbol_database.Default()
 from protos import common_pb2 as protos_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19protos/draft_worker.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"n\n\x0eProposeRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\"k\n\x0cProposeBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\r\x12/\n\tsequences\x18\x03 \x03(\x0b\x32\x1c.specserve.v1.ProposeRequest\"\xcb\x01\n\x08Proposal\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x35\n\x0b\x64raft_probs\x18\x04 \x03(\x0b\x32 .specserve.v1.SparseDistribution\x12\x37\n\x0cpacked_probs\x18\x05 \x01(\x0b\x32!.specserve.v1.PackedDistributions\"\x9e\x01\n\rProposeResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12)\n\tproposals\x18\x02 \x03(\x0b\x32\x16.specserve.v1.Proposal\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\x12\x37\n\x0cpacked_probs\x18\x04 \x01(\x0b\x32!.specserve.v1.PackedDistributions2\xe2\x01\n\x0b\x44raftWorker\x12\x46\n\x07Propose\x12\x1a.specserve.v1.ProposeBatch\x1a\x1b.specserve.v1.ProposeResult(\x01\x30\x01\x12\x46\n\x07Release\x12\x1c.specserve.v1.ReleaseRequest\x1a\x1d.specserve.v1.ReleaseResponse\x12\x43\n\x08\x44\x65scribe\x12\x1d.specserve.v1.DescribeRequest\x1a\x18.specserve.v1.WorkerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19protos/draft_worker.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"p\n\x0cProposeBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\r\x12.\n\tsequences\x18\x04 \x01(\x0b\x32\x1b.specserve.v1.SequenceBatchJ\x04\x08\x03\x10\x04\"\xf2\x01\n\rProposeResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\x12$\n\x06\x64rafts\x18\x05 \x01(\x0b\x32\x14.specserve.v1.Drafts\x12\x37\n\x06\x66\x61iled\x18\x06 \x03(\x0b\x32\'.specserve.v1.ProposeResult.FailedEntry\x1aK\n\x0b\x46\x61iledEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus:\x02\x38\x01J\x04\x08\x02\x10\x03J\x04\x08\x04\x10\x05\x32\xe2\x01\n\x0b\x44raftWorker\x12\x46\n\x07Propose\x12\x1a.specserve.v1.ProposeBatch\x1a\x1b.specserve.v1.ProposeResult(\x01\x30\x01\x12\x46\n\x07Release\x12\x1c.specserve.v1.ReleaseRequest\x1a\x1d.specserve.v1.ReleaseResponse\x12\x43\n\x08\x44\x65scribe\x12\x1d.specserve.v1.DescribeRequest\x1a\x18.specserve.v1.WorkerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.draft_worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PROPOSEREQUEST']._serialized_start=64
-  _globals['_PROPOSEREQUEST']._serialized_end=174
-  _globals['_PROPOSEBATCH']._serialized_start=176
-  _globals['_PROPOSEBATCH']._serialized_end=283
-  _globals['_PROPOSAL']._serialized_start=286
-  _globals['_PROPOSAL']._serialized_end=489
-  _globals['_PROPOSERESULT']._serialized_start=492
-  _globals['_PROPOSERESULT']._serialized_end=650
-  _globals['_DRAFTWORKER']._serialized_start=653
-  _globals['_DRAFTWORKER']._serialized_end=879
+  _globals['_PROPOSERESULT_FAILEDENTRY']._loaded_options = None
+  _globals['_PROPOSERESULT_FAILEDENTRY']._serialized_options = b'8\001'
+  _globals['_PROPOSEBATCH']._serialized_start=64
+  _globals['_PROPOSEBATCH']._serialized_end=176
+  _globals['_PROPOSERESULT']._serialized_start=179
+  _globals['_PROPOSERESULT']._serialized_end=421
+  _globals['_PROPOSERESULT_FAILEDENTRY']._serialized_start=334
+  _globals['_PROPOSERESULT_FAILEDENTRY']._serialized_end=409
+  _globals['_DRAFTWORKER']._serialized_start=424
+  _globals['_DRAFTWORKER']._serialized_end=650
 # @@protoc_insertion_point(module_scope)

@@ -25,29 +25,27 @@ _sym_db = _symbol_database.Default()
 from protos import common_pb2 as protos_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/target_worker.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"n\n\x0ePrefillRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\"Q\n\x0cPrefillBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12/\n\tsequences\x18\x02 \x03(\x0b\x32\x1c.specserve.v1.PrefillRequest\"\xd2\x01\n\rPrefillOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x10\n\x08token_id\x18\x03 \x01(\x05\x12\x30\n\x07logprob\x18\x04 \x01(\x0b\x32\x1a.specserve.v1.TokenLogprobH\x00\x88\x01\x01\x12\x33\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprobB\n\n\x08_logprob\"h\n\rPrefillResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12,\n\x07outputs\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.PrefillOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\"\xf6\x01\n\rVerifyRequest\x12,\n\x06tokens\x18\x01 \x01(\x0b\x32\x1c.specserve.v1.SequenceTokens\x12.\n\x08sampling\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x17\n\x0f\x64raft_token_ids\x18\x03 \x03(\x05\x12\x35\n\x0b\x64raft_probs\x18\x04 \x03(\x0b\x32 .specserve.v1.SparseDistribution\x12\x37\n\x0cpacked_probs\x18\x05 \x01(\x0b\x32!.specserve.v1.PackedDistributions\"\x88\x01\n\x0bVerifyBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\tsequences\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.VerifyRequest\x12\x37\n\x0cpacked_probs\x18\x03 \x01(\x0b\x32!.specserve.v1.PackedDistributions\"\xaa\x01\n\x0cVerifyOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x1b\n\x13num_accepted_drafts\x18\x04 \x01(\r\x12,\n\x08logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\"f\n\x0cVerifyResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12+\n\x07outputs\x18\x02 \x03(\x0b\x32\x1a.specserve.v1.VerifyOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r2\xa8\x02\n\x0cTargetWorker\x12\x46\n\x07Prefill\x12\x1a.specserve.v1.PrefillBatch\x1a\x1b.specserve.v1.PrefillResult(\x01\x30\x01\x12\x43\n\x06Verify\x12\x19.specserve.v1.VerifyBatch\x1a\x1a.specserve.v1.VerifyResult(\x01\x30\x01\x12\x46\n\x07Release\x12\x1c.specserve.v1.ReleaseRequest\x1a\x1d.specserve.v1.ReleaseResponse\x12\x43\n\x08\x44\x65scribe\x12\x1d.specserve.v1.DescribeRequest\x1a\x18.specserve.v1.WorkerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aprotos/target_worker.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"V\n\x0cPrefillBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\tsequences\x18\x03 \x01(\x0b\x32\x1b.specserve.v1.SequenceBatchJ\x04\x08\x02\x10\x03\"\xd2\x01\n\rPrefillOutput\x12\x0e\n\x06seq_id\x18\x01 \x01(\x04\x12,\n\x06status\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus\x12\x10\n\x08token_id\x18\x03 \x01(\x05\x12\x30\n\x07logprob\x18\x04 \x01(\x0b\x32\x1a.specserve.v1.TokenLogprobH\x00\x88\x01\x01\x12\x33\n\x0fprompt_logprobs\x18\x05 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprobB\n\n\x08_logprob\"h\n\rPrefillResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12,\n\x07outputs\x18\x02 \x03(\x0b\x32\x1b.specserve.v1.PrefillOutput\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\"\x81\x01\n\x0bVerifyBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12.\n\tsequences\x18\x04 \x01(\x0b\x32\x1b.specserve.v1.SequenceBatch\x12$\n\x06\x64rafts\x18\x05 \x01(\x0b\x32\x14.specserve.v1.DraftsJ\x04\x08\x02\x10\x03J\x04\x08\x03\x10\x04\"\xcc\x02\n\x0cVerifyResult\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x17\n\x0fnum_free_blocks\x18\x03 \x01(\r\x12\x12\n\nnum_tokens\x18\x04 \x03(\r\x12\x11\n\ttoken_ids\x18\x05 \x03(\x05\x12\x1b\n\x13num_accepted_drafts\x18\x06 \x03(\r\x12\x36\n\x06\x66\x61iled\x18\x07 \x03(\x0b\x32&.specserve.v1.VerifyResult.FailedEntry\x12,\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\x12\x14\n\x0cnum_logprobs\x18\t \x03(\r\x1aK\n\x0b\x46\x61iledEntry\x12\x0b\n\x03key\x18\x01 \x01(\r\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x1c.specserve.v1.SequenceStatus:\x02\x38\x01J\x04\x08\x02\x10\x03\x32\xa8\x02\n\x0cTargetWorker\x12\x46\n\x07Prefill\x12\x1a.specserve.v1.PrefillBatch\x1a\x1b.specserve.v1.PrefillResult(\x01\x30\x01\x12\x43\n\x06Verify\x12\x19.specserve.v1.VerifyBatch\x1a\x1a.specserve.v1.VerifyResult(\x01\x30\x01\x12\x46\n\x07Release\x12\x1c.specserve.v1.ReleaseRequest\x1a\x1d.specserve.v1.ReleaseResponse\x12\x43\n\x08\x44\x65scribe\x12\x1d.specserve.v1.DescribeRequest\x1a\x18.specserve.v1.WorkerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.target_worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PREFILLREQUEST']._serialized_start=65
-  _globals['_PREFILLREQUEST']._serialized_end=175
-  _globals['_PREFILLBATCH']._serialized_start=177
-  _globals['_PREFILLBATCH']._serialized_end=258
-  _globals['_PREFILLOUTPUT']._serialized_start=261
-  _globals['_PREFILLOUTPUT']._serialized_end=471
-  _globals['_PREFILLRESULT']._serialized_start=473
-  _globals['_PREFILLRESULT']._serialized_end=577
-  _globals['_VERIFYREQUEST']._serialized_start=580
-  _globals['_VERIFYREQUEST']._serialized_end=826
-  _globals['_VERIFYBATCH']._serialized_start=829
-  _globals['_VERIFYBATCH']._serialized_end=965
-  _globals['_VERIFYOUTPUT']._serialized_start=968
-  _globals['_VERIFYOUTPUT']._serialized_end=1138
-  _globals['_VERIFYRESULT']._serialized_start=1140
-  _globals['_VERIFYRESULT']._serialized_end=1242
-  _globals['_TARGETWORKER']._serialized_start=1245
-  _globals['_TARGETWORKER']._serialized_end=1541
+  _globals['_VERIFYRESULT_FAILEDENTRY']._loaded_options = None
+  _globals['_VERIFYRESULT_FAILEDENTRY']._serialized_options = b'8\001'
+  _globals['_PREFILLBATCH']._serialized_start=65
+  _globals['_PREFILLBATCH']._serialized_end=151
+  _globals['_PREFILLOUTPUT']._serialized_start=154
+  _globals['_PREFILLOUTPUT']._serialized_end=364
+  _globals['_PREFILLRESULT']._serialized_start=366
+  _globals['_PREFILLRESULT']._serialized_end=470
+  _globals['_VERIFYBATCH']._serialized_start=473
+  _globals['_VERIFYBATCH']._serialized_end=602
+  _globals['_VERIFYRESULT']._serialized_start=605
+  _globals['_VERIFYRESULT']._serialized_end=937
+  _globals['_VERIFYRESULT_FAILEDENTRY']._serialized_start=856
+  _globals['_VERIFYRESULT_FAILEDENTRY']._serialized_end=931
+  _globals['_TARGETWORKER']._serialized_start=940
+  _globals['_TARGETWORKER']._serialized_end=1236
 # @@protoc_insertion_point(module_scope)

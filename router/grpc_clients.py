@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -23,6 +23,7 @@ from protos import convert
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
 from protos.draft_worker_pb2_grpc import DraftWorkerStub
+from protos.fields import worker_info_from_proto
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
 from protos.server import KEEPALIVE_OPTIONS
 from protos.sessions import SESSION_KEY
@@ -44,6 +45,7 @@ CHANNEL_OPTIONS = [
 
 Batch = TypeVar("Batch")
 Result = TypeVar("Result")
+Parsed = TypeVar("Parsed")
 
 
 class _BatchStream(Generic[Batch, Result]):
@@ -139,7 +141,7 @@ class _GrpcWorker:
             )
         except (grpc.RpcError, ValueError) as e:
             raise WorkerUnavailableError(f"worker {self.address}: {_reason(e)}") from e
-        info = convert.worker_info_from_proto(m)
+        info = worker_info_from_proto(m)
         self.info, self._free_blocks = info, info.num_free_blocks
         return info
 
@@ -160,6 +162,20 @@ class _GrpcWorker:
         except (grpc.RpcError, ValueError):
             return False
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+    def _read(
+        self,
+        parse: Callable[[Result, Sequence[Any]], Parsed],
+        result: Result,
+        requests: Sequence[Any],
+    ) -> Parsed:
+        """``result`` parsed as the answer to ``requests``."""
+        try:
+            return parse(result, requests)
+        except ValueError as e:  # a worker that answers nonsense is as good as lost
+            raise WorkerUnavailableError(
+                f"worker {self.address} sent a malformed result: {e}"
+            ) from e
 
     def release(self, seq_ids: Sequence[int]) -> int:
         """Best effort: a worker that is gone has nothing left to free."""
@@ -187,12 +203,7 @@ class GrpcDraftClient(_GrpcWorker):
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
         result = self._propose.call(message)
         self._free_blocks = result.num_free_blocks
-        try:
-            return convert.proposals_from_proto(result)
-        except ValueError as e:  # a worker that answers nonsense is as good as lost
-            raise WorkerUnavailableError(
-                f"draft worker {self.address} sent a malformed result: {e}"
-            ) from e
+        return self._read(convert.propose_result_from_proto, result, requests)
 
     def close(self) -> None:
         self._propose.close()
@@ -216,10 +227,7 @@ class GrpcTargetClient(_GrpcWorker):
         return self.info.vocab_size
 
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        message = tpb.PrefillBatch(
-            batch_id=next(self._batch_ids),
-            sequences=[convert.prefill_request_to_proto(r) for r in requests],
-        )
+        message = convert.prefill_batch_to_proto(next(self._batch_ids), requests)
         result = self._prefill.call(message)
         self._free_blocks = result.num_free_blocks
         return [convert.prefill_output_from_proto(o) for o in result.outputs]
@@ -228,7 +236,7 @@ class GrpcTargetClient(_GrpcWorker):
         message = convert.verify_batch_to_proto(next(self._batch_ids), requests)
         result = self._verify.call(message)
         self._free_blocks = result.num_free_blocks
-        return [convert.verify_output_from_proto(o) for o in result.outputs]
+        return self._read(convert.verify_result_from_proto, result, requests)
 
     def close(self) -> None:
         self._prefill.close()

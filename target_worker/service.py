@@ -30,17 +30,17 @@ class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerSer
     def Prefill(
         self, request_iterator: Iterator[tpb.PrefillBatch], context: grpc.ServicerContext
     ) -> Iterator[tpb.PrefillResult]:
-        reply = _reply(tpb.PrefillResult, convert.prefill_output_to_proto)
+        reply = _reply(convert.prefill_result_to_proto)
         return self.batch_loop(request_iterator, context, self._prepare_prefill, reply)
 
     def Verify(
         self, request_iterator: Iterator[tpb.VerifyBatch], context: grpc.ServicerContext
     ) -> Iterator[tpb.VerifyResult]:
-        reply = _reply(tpb.VerifyResult, convert.verify_output_to_proto)
+        reply = _reply(convert.verify_result_to_proto)
         return self.batch_loop(request_iterator, context, self._prepare_verify, reply)
 
     def _prepare_prefill(self, batch: tpb.PrefillBatch) -> Callable[[], list[VerifyOutput]]:
-        requests = [convert.prefill_request_from_proto(m) for m in batch.sequences]
+        requests = convert.prefill_batch_from_proto(batch)
         check_distinct(r.tokens.seq_id for r in requests)
         return partial(self.worker.prefill, requests)
 
@@ -51,13 +51,12 @@ class TargetWorkerService(WorkerServicer, target_worker_pb2_grpc.TargetWorkerSer
 
 
 def _reply(
-    result: Callable[..., R], output_to_proto: Callable[[VerifyOutput], Any]
+    result_to_proto: Callable[[int, list[VerifyOutput], int], R],
 ) -> Callable[[Any, list[VerifyOutput], int], R]:
-    """How a batch's outputs and the free KV blocks become its ``result`` message."""
+    """How a batch's outputs and the free KV blocks become its result message."""
 
     def reply(batch: Any, outputs: list[VerifyOutput], free: int) -> R:
-        protos = [output_to_proto(o) for o in outputs]
-        return result(batch_id=batch.batch_id, outputs=protos, num_free_blocks=free)
+        return result_to_proto(batch.batch_id, outputs, free)
 
     return reply
 

@@ -21,7 +21,7 @@ import grpc
 
 from model_runtime.errors import WorkerUnavailableError
 from protos import common_pb2 as pb
-from protos.convert import worker_info_to_proto
+from protos.fields import worker_info_to_proto
 from protos.messages import WorkerInfo
 from protos.sessions import SESSION_KEY
 from worker_base.leases import Leases
@@ -133,7 +133,7 @@ class WorkerServicer:
                 call = prepare(batch)
             except ValueError as e:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            self.leases.hold(session, (m.tokens.seq_id for m in cast(Any, batch).sequences))
+            self.leases.hold(session, cast(Any, batch).sequences.seq_ids)
             with self.lock:
                 self._last_batch_at = time.monotonic()
                 try:

@@ -1,0 +1,148 @@
+"""A batch on the wire, column by column (common.proto SequenceBatch, Drafts;
+the statuses of the sequences that failed): one message per batch whose
+fields are flat lists, so that building and parsing it costs a few calls
+whatever the batch's size, not a message per sequence.
+
+Everything read here is checked: a column of the wrong length or an index out
+of range raises ValueError (the receiver's INVALID_ARGUMENT, or a malformed
+result for a client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate
+
+import torch
+import torch.nn.functional as F
+
+from model_runtime.sampling import SamplingOptions
+from model_runtime.status import OK, SequenceStatus
+from protos import common_pb2 as pb
+from protos.distributions import pack_distributions, unpack_distributions
+from protos.fields import sampling_from_proto, sampling_to_proto, status_from_proto, status_to_proto
+from protos.messages import SequenceTokens
+
+# A sequence's drafts as they travel: the tokens, and the [k, N] support and
+# probabilities of the distributions they were sampled from (None: greedy).
+Drafted = tuple[Sequence[int], torch.Tensor | None, torch.Tensor | None]
+
+
+def split(flat: Sequence[int], counts: Sequence[int]) -> list[list[int]]:
+    """``flat`` cut into consecutive lists of ``counts[i]`` items (which must add up)."""
+    if sum(counts) != len(flat):
+        raise ValueError(f"{len(flat)} tokens for counts adding up to {sum(counts)}")
+    ends = list(accumulate(counts))
+    return [list(flat[end - n : end]) for n, end in zip(counts, ends, strict=True)]
+
+
+def _check_lengths(what: str, expected: int, **columns: Sequence[object]) -> None:
+    for name, column in columns.items():
+        if len(column) != expected:
+            raise ValueError(f"{what}: {name} has {len(column)} entries for {expected} sequences")
+
+
+def sequences_to_proto(
+    tokens: Sequence[SequenceTokens], options: Sequence[SamplingOptions]
+) -> pb.SequenceBatch:
+    distinct: dict[SamplingOptions, int] = {}
+    index = [distinct.setdefault(o, len(distinct)) for o in options]
+    flat: list[int] = []
+    for t in tokens:
+        flat += t.token_ids
+    return pb.SequenceBatch(
+        seq_ids=[t.seq_id for t in tokens],
+        cached_lens=[t.cached_len for t in tokens],
+        num_tokens=[len(t.token_ids) for t in tokens],
+        token_ids=flat,
+        samplings=[sampling_to_proto(o) for o in distinct],
+        sampling_index=index,
+    )
+
+
+def sequences_from_proto(
+    m: pb.SequenceBatch,
+) -> tuple[list[SequenceTokens], list[SamplingOptions]]:
+    n = len(m.seq_ids)
+    _check_lengths(
+        "a batch",
+        n,
+        cached_lens=m.cached_lens,
+        num_tokens=m.num_tokens,
+        sampling_index=m.sampling_index,
+    )
+    samplings = [sampling_from_proto(s) for s in m.samplings]  # each checked once
+    if any(i >= len(samplings) for i in m.sampling_index):
+        raise ValueError(f"a sampling_index beyond the batch's {len(samplings)} samplings")
+    appended = split(m.token_ids, m.num_tokens)
+    tokens = [
+        SequenceTokens(seq_id, cached, ids)
+        for seq_id, cached, ids in zip(m.seq_ids, m.cached_lens, appended, strict=True)
+    ]
+    return tokens, [samplings[i] for i in m.sampling_index]
+
+
+def drafts_to_proto(drafts: Sequence[Drafted]) -> pb.Drafts:
+    """Each sequence's drafts (none: an empty list), their distributions packed
+    together, padded to the widest with probability 0 (one copy off the device)."""
+    flat: list[int] = []
+    for tokens, _, _ in drafts:
+        flat += tokens
+    sampled = [i for i, (t, ids, p) in enumerate(drafts) if len(t) and ids is not None]
+    probs = None
+    if sampled:
+        width = max(drafts[i][1].shape[1] for i in sampled)  # type: ignore[union-attr]
+        parts = [_padded(*drafts[i], width) for i in sampled]
+        probs = pack_distributions(
+            torch.cat([i for i, _ in parts]), torch.cat([p for _, p in parts])
+        )
+    return pb.Drafts(
+        num_drafts=[len(t) for t, _, _ in drafts], token_ids=flat, sampled=sampled, probs=probs
+    )
+
+
+def _padded(
+    tokens: Sequence[int], ids: torch.Tensor | None, probs: torch.Tensor | None, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    assert ids is not None
+    if probs is None or ids.shape != probs.shape or ids.shape[0] != len(tokens):
+        raise ValueError(
+            f"{len(tokens)} drafts need [k, N] distributions of one shape, "
+            f"got {tuple(ids.shape)} and {None if probs is None else tuple(probs.shape)}"
+        )
+    pad = (0, width - ids.shape[1])
+    return F.pad(ids, pad), F.pad(probs, pad)
+
+
+def drafts_from_proto(m: pb.Drafts, n: int) -> list[Drafted]:
+    """The drafts of a batch of ``n`` sequences, in order."""
+    _check_lengths("drafts", n, num_drafts=m.num_drafts)
+    tokens = split(m.token_ids, m.num_drafts)
+    sampled = list(m.sampled)
+    if sampled != sorted(set(sampled)) or any(i >= n or not m.num_drafts[i] for i in sampled):
+        raise ValueError("drafts: sampled must list sequences with drafts, ascending, once each")
+    dists: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if sampled:
+        ids, probs = unpack_distributions(m.probs)
+        rows = [m.num_drafts[i] for i in sampled]
+        if sum(rows) != ids.shape[0]:
+            raise ValueError(f"drafts: {ids.shape[0]} distributions for {sum(rows)} sampled drafts")
+        for i, end, k in zip(sampled, accumulate(rows), rows, strict=True):
+            dists[i] = (ids[end - k : end], probs[end - k : end])
+    elif m.HasField("probs"):
+        raise ValueError("drafts: distributions sent for no sampled sequence")
+    return [(t, *dists.get(i, (None, None))) for i, t in enumerate(tokens)]
+
+
+def failed_to_proto(statuses: Iterable[SequenceStatus]) -> dict[int, pb.SequenceStatus]:
+    """The statuses that are not OK, by index (an OK batch sends nothing)."""
+    return {i: status_to_proto(s) for i, s in enumerate(statuses) if not s.ok}
+
+
+def statuses_from_proto(failed: Mapping[int, pb.SequenceStatus], n: int) -> list[SequenceStatus]:
+    statuses = [OK] * n
+    for i, s in failed.items():
+        if i >= n:
+            raise ValueError(f"a failed sequence at index {i} of a batch of {n}")
+        statuses[i] = status_from_proto(s)
+    return statuses

@@ -1,0 +1,85 @@
+"""Conversions of the wire's small messages, one message to one in-process
+value: sampling parameters, a token's logprobs, a sequence's status, a
+worker's description. The batch messages (``protos.convert``) and the
+Router's (``router.wire``) are built from these."""
+
+from __future__ import annotations
+
+from model_runtime.logprobs import TokenLogprob
+from model_runtime.sampling import SamplingOptions
+from model_runtime.status import SequenceStatus, StatusCode
+from protos import common_pb2 as pb
+from protos.messages import WorkerInfo
+
+
+def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
+    return pb.SamplingParams(
+        temperature=o.temperature,
+        top_p=o.top_p,
+        top_k=o.top_k,
+        min_p=o.min_p,
+        seed=o.seed,
+        logprobs=o.logprobs,
+        prompt_logprobs=o.prompt_logprobs,
+    )
+
+
+def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
+    """Raises ValueError for values out of range (the servicer's INVALID_ARGUMENT)."""
+    return SamplingOptions(
+        temperature=m.temperature,
+        top_p=m.top_p if m.top_p > 0 else 1.0,  # unset: keep everything
+        top_k=m.top_k,
+        min_p=m.min_p,
+        seed=m.seed if m.HasField("seed") else None,
+        logprobs=m.logprobs if m.HasField("logprobs") else None,
+        prompt_logprobs=m.prompt_logprobs if m.HasField("prompt_logprobs") else None,
+    )
+
+
+def logprob_to_proto(t: TokenLogprob) -> pb.TokenLogprob:
+    return pb.TokenLogprob(
+        token_id=t.token_id,
+        logprob=t.logprob,
+        rank=t.rank,
+        top_token_ids=t.top_token_ids,
+        top_logprobs=t.top_logprobs,
+    )
+
+
+def logprob_from_proto(m: pb.TokenLogprob) -> TokenLogprob:
+    return TokenLogprob(m.token_id, m.logprob, m.rank, list(m.top_token_ids), list(m.top_logprobs))
+
+
+def status_to_proto(s: SequenceStatus) -> pb.SequenceStatus:
+    return pb.SequenceStatus(code=s.code.name, message=s.message)
+
+
+def status_from_proto(m: pb.SequenceStatus) -> SequenceStatus:
+    return SequenceStatus(StatusCode(m.code), m.message)
+
+
+def worker_info_to_proto(info: WorkerInfo) -> pb.WorkerInfo:
+    return pb.WorkerInfo(
+        model=info.model,
+        vocab_size=info.vocab_size,
+        max_model_len=info.max_model_len,
+        block_size=info.block_size,
+        num_blocks=info.num_blocks,
+        num_free_blocks=info.num_free_blocks,
+        max_num_batched_tokens=info.max_num_batched_tokens,
+        max_num_seqs=info.max_num_seqs,
+    )
+
+
+def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
+    return WorkerInfo(
+        m.model,
+        m.vocab_size,
+        m.max_model_len,
+        m.block_size,
+        m.num_blocks,
+        m.num_free_blocks,
+        m.max_num_batched_tokens,
+        m.max_num_seqs,
+    )
