@@ -95,7 +95,14 @@ def test_workers_serve_health_and_refuse_a_bad_k(workers: tuple[str, str]) -> No
         stub = draft_worker_pb2_grpc.DraftWorkerStub(channel)
         batch = dpb.ProposeBatch(
             num_draft_tokens=0,
-            sequences=[dpb.ProposeRequest(tokens=pb.SequenceTokens(seq_id=1, token_ids=[1, 2]))],
+            sequences=pb.SequenceBatch(
+                seq_ids=[1],
+                cached_lens=[0],
+                num_tokens=[2],
+                token_ids=[1, 2],
+                samplings=[pb.SamplingParams()],
+                sampling_index=[0],
+            ),
         )
         with pytest.raises(grpc.RpcError) as info:
             list(stub.Propose(iter([batch]), timeout=10))
@@ -118,32 +125,26 @@ def test_an_unknown_sequence_and_bad_tokens_get_their_own_status(workers: tuple[
     _, draft = workers
     with grpc.insecure_channel(draft) as channel:
         stub = draft_worker_pb2_grpc.DraftWorkerStub(channel)
+        # 900 was never prefilled; 901 holds a token past the vocabulary; 902
+        # appends nothing; 903 is well formed.
         batch = dpb.ProposeBatch(
             num_draft_tokens=2,
-            sequences=[
-                dpb.ProposeRequest(
-                    tokens=pb.SequenceTokens(seq_id=900, cached_len=5, token_ids=[1])
-                ),
-                dpb.ProposeRequest(tokens=pb.SequenceTokens(seq_id=901, token_ids=[1, 99999])),
-                dpb.ProposeRequest(
-                    tokens=pb.SequenceTokens(seq_id=902, token_ids=[]),
-                    sampling=pb.SamplingParams(temperature=0),
-                ),
-                dpb.ProposeRequest(
-                    tokens=pb.SequenceTokens(seq_id=903, token_ids=[5, 6]),
-                    sampling=pb.SamplingParams(temperature=0),
-                ),
-            ],
+            sequences=pb.SequenceBatch(
+                seq_ids=[900, 901, 902, 903],
+                cached_lens=[5, 0, 0, 0],
+                num_tokens=[1, 2, 0, 2],
+                token_ids=[1, 1, 99999, 5, 6],
+                samplings=[pb.SamplingParams(temperature=0)],
+                sampling_index=[0, 0, 0, 0],
+            ),
         )
         (result,) = list(stub.Propose(iter([batch]), timeout=30))
-        codes = [p.status.code for p in result.proposals]
-        assert codes == [
-            pb.SequenceStatus.NOT_FOUND,
-            pb.SequenceStatus.INVALID_ARGUMENT,
-            pb.SequenceStatus.INVALID_ARGUMENT,
-            pb.SequenceStatus.OK,
-        ]
-        assert len(result.proposals[3].token_ids) == 2
+        assert {i: s.code for i, s in result.failed.items()} == {
+            0: pb.SequenceStatus.NOT_FOUND,
+            1: pb.SequenceStatus.INVALID_ARGUMENT,
+            2: pb.SequenceStatus.INVALID_ARGUMENT,
+        }
+        assert list(result.drafts.num_drafts)[3] == 2
         stub.Release(pb.ReleaseRequest(seq_ids=[900, 901, 902, 903]), timeout=10)
 
 
