@@ -24,15 +24,18 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import grpc
 import torch
 
-from benchmarks.speculative_gpu import K_MAX, prompts
+from benchmarks.speculative_gpu import K_MAX, counts_since, prompts
+from protos import common_pb2 as pb
+from protos import draft_worker_pb2_grpc, router_pb2_grpc, target_worker_pb2_grpc
 from protos import router_pb2 as rpb
-from protos import router_pb2_grpc
+from protos.fields import worker_info_from_proto
 from router.wire import stats_from_info
 from specserve.launch import service
 
@@ -59,10 +62,26 @@ def generate_all(
     return sum(map(len, tokens)) / (time.perf_counter() - start), tokens
 
 
+def forwards(workers: dict[str, str]) -> dict[str, dict[str, float]]:
+    """How each worker's forwards have run so far (replayed, captured, eager,
+    and the seconds of the last two: where a kernel compiles)."""
+    stubs = {
+        "target": target_worker_pb2_grpc.TargetWorkerStub,
+        "draft": draft_worker_pb2_grpc.DraftWorkerStub,
+    }
+    counts = {}
+    for name, address in workers.items():
+        with grpc.insecure_channel(address) as channel:
+            reply = stubs[name](channel).Describe(pb.DescribeRequest(), timeout=30)
+        counts[name] = asdict(worker_info_from_proto(reply).forwards)
+    return counts
+
+
 def router_rows(
-    args: argparse.Namespace, router_args: list[str], label: int | str
+    args: argparse.Namespace, router_args: list[str], label: int | str, workers: dict[str, str]
 ) -> tuple[list[dict[str, Any]], list[list[list[int]]]]:
-    """One router over the workers: a row per concurrency, and the tokens."""
+    """One router over ``workers`` (name -> address): a row per concurrency,
+    with how the workers' forwards ran in it, and the tokens."""
     rows, outputs = [], []
     with (
         service("router", *router_args, "--disable-log-stats") as (address, _),
@@ -72,14 +91,17 @@ def router_rows(
         for batch in args.concurrency:
             generate_all(stub, prompts(batch, 2, args.text), 8)  # warm up this batch's shapes
             before = stats_from_info(stub.Describe(rpb.DescribeRouterRequest())).speculation
+            steps = forwards(workers)
             rate, tokens = generate_all(stub, prompts(batch, 1, args.text), args.max_tokens)
+            steps = counts_since(steps, forwards(workers))
             after = stats_from_info(stub.Describe(rpb.DescribeRouterRequest())).speculation
             drafted = after.num_draft_tokens - before.num_draft_tokens
             accepted = after.num_accepted_tokens - before.num_accepted_tokens
             rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
             rows.append(
                 {"k": label, "batch": batch, "tokens_per_s": rate,
-                 "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds}
+                 "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds,
+                 "steps": steps}
             )  # fmt: skip
             outputs.append(tokens)
             print(json.dumps(rows[-1]), flush=True)
@@ -117,9 +139,11 @@ def main() -> None:
     report: dict[str, Any] = {"device": device, "args": vars(args), "three_processes": True}
     with ExitStack() as stack:
         target, draft, draft_as_target = start_workers(args, stack)
-        rows, plain = router_rows(args, ["--target-workers", target], 0)
+        rows, plain = router_rows(args, ["--target-workers", target], 0, {"target": target})
         report["target_only"] = {r["batch"]: r["tokens_per_s"] for r in rows}
-        alone, _ = router_rows(args, ["--target-workers", draft_as_target], "draft")
+        alone, _ = router_rows(
+            args, ["--target-workers", draft_as_target], "draft", {"target": draft_as_target}
+        )
         report["draft_only"] = {r["batch"]: r["tokens_per_s"] for r in alone}
         spec = ["--target-workers", target, "--draft-workers", draft]
         settings: list[tuple[int | str, list[str]]] = [
@@ -130,7 +154,9 @@ def main() -> None:
         settings += [("overlap", ["--num-speculative-tokens", str(args.overlap_k), "--overlap"])]
         report["pairs"] = [{"wanted_acceptance": None, "name": args.name, "rows": rows}]
         for label, extra in settings:
-            more, outputs = router_rows(args, [*spec, *extra], label)
+            more, outputs = router_rows(
+                args, [*spec, *extra], label, {"target": target, "draft": draft}
+            )
             for row, out, base in zip(more, outputs, plain, strict=True):
                 same = [a == b for a, b in zip(out, base, strict=True)]
                 row["same_tokens_as_k0"] = sum(same) / len(same)

@@ -27,6 +27,7 @@ from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.ops.triton_ops import TritonOps
 from model_runtime.specs import MAX_QUERY_LEN
+from model_runtime.step_counts import StepCounts
 from model_runtime.step_inputs import (
     MAX_GRAPH_TOKENS,
     StepInputs,
@@ -37,19 +38,6 @@ from model_runtime.step_inputs import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class StepCounts:
-    """How a runner's forwards ran, and the host seconds the slow kinds took:
-    a capture, or an eager forward (whose launches include compiling any
-    kernel variant not met before)."""
-
-    replayed: int = 0
-    captured: int = 0
-    capture_s: float = 0.0
-    eager: int = 0
-    eager_s: float = 0.0
 
 
 @dataclass

@@ -8,13 +8,14 @@ from collections.abc import Sequence
 import torch
 
 from model_runtime.batch import BatchLimits, HostBatch, PreparedBatch, SequenceChunk, host_batch
-from model_runtime.graphs import StepCounts, StepGraphs
+from model_runtime.graphs import StepGraphs
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
 from model_runtime.ops import Ops, ops_for
 from model_runtime.ops.triton_ops import TritonOps
 from model_runtime.status import OK, SequenceStatus, StatusCode
+from model_runtime.step_counts import StepCounts
 
 # The sequence id of startup forwards (the router's ids are never negative).
 WARM_UP_SEQ = -1

@@ -104,7 +104,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_model_len", "block_size", "num_blocks", "num_free_blocks", "max_num_batched_tokens", "max_num_seqs")
+    __slots__ = ("model", "vocab_size", "max_model_len", "block_size", "num_blocks", "num_free_blocks", "max_num_batched_tokens", "max_num_seqs", "forwards")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class WorkerInfo(_message.Message):
     NUM_FREE_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
+    FORWARDS_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_model_len: int
@@ -121,7 +122,22 @@ class WorkerInfo(_message.Message):
     num_free_blocks: int
     max_num_batched_tokens: int
     max_num_seqs: int
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., max_num_seqs: _Optional[int] = ...) -> None: ...
+    forwards: ForwardCounts
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., forwards: _Optional[_Union[ForwardCounts, _Mapping]] = ...) -> None: ...
+
+class ForwardCounts(_message.Message):
+    __slots__ = ("replayed", "captured", "capture_s", "eager", "eager_s")
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_S_FIELD_NUMBER: _ClassVar[int]
+    EAGER_FIELD_NUMBER: _ClassVar[int]
+    EAGER_S_FIELD_NUMBER: _ClassVar[int]
+    replayed: int
+    captured: int
+    capture_s: float
+    eager: int
+    eager_s: float
+    def __init__(self, replayed: _Optional[int] = ..., captured: _Optional[int] = ..., capture_s: _Optional[float] = ..., eager: _Optional[int] = ..., eager_s: _Optional[float] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("seq_ids",)

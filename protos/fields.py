@@ -5,9 +5,12 @@ Router's (``router.wire``) are built from these."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
 from model_runtime.status import SequenceStatus, StatusCode
+from model_runtime.step_counts import StepCounts
 from protos import common_pb2 as pb
 from protos.messages import WorkerInfo
 
@@ -69,6 +72,7 @@ def worker_info_to_proto(info: WorkerInfo) -> pb.WorkerInfo:
         num_free_blocks=info.num_free_blocks,
         max_num_batched_tokens=info.max_num_batched_tokens,
         max_num_seqs=info.max_num_seqs,
+        forwards=pb.ForwardCounts(**asdict(info.forwards)),
     )
 
 
@@ -82,4 +86,11 @@ def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
         m.num_free_blocks,
         m.max_num_batched_tokens,
         m.max_num_seqs,
+        StepCounts(
+            m.forwards.replayed,
+            m.forwards.captured,
+            m.forwards.capture_s,
+            m.forwards.eager,
+            m.forwards.eager_s,
+        ),
     )

@@ -20,6 +20,7 @@ import torch
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
 from model_runtime.status import SequenceStatus
+from model_runtime.step_counts import StepCounts
 
 # Most drafts one sequence may carry in a round (the wire's limit).
 MAX_DRAFT_TOKENS = 32
@@ -152,3 +153,4 @@ class WorkerInfo:
     num_free_blocks: int
     max_num_batched_tokens: int = 0  # 0: not said (a worker of an older version)
     max_num_seqs: int = 0
+    forwards: StepCounts = field(default_factory=StepCounts)  # since the worker started

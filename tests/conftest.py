@@ -9,6 +9,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # no hub is reachable; never try it
 # Triton kernels run on the CPU through the interpreter (set before they are defined).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from model_runtime.build import allowed_length, build_runner
 from model_runtime.random_checkpoint import save_random_checkpoint
 from model_runtime.runner import ModelRunner
 from model_runtime.specs import RunnerSpec
+from specserve.launch import service
 
 # Each architecture with the settings that exercise its own code paths.
 ARCHITECTURES = {
@@ -52,6 +54,17 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         arch: save_random_checkpoint(root / arch, arch, **overrides)
         for arch, overrides in ARCHITECTURES.items()
     }
+
+
+@pytest.fixture(scope="session")
+def grpc_workers() -> Iterator[tuple[str, str]]:
+    """The bundled target and draft as worker processes on loopback: their addresses."""
+    args = ("--dtype", "float32", "--max-model-len", "512", "--num-kv-blocks", "256")
+    with (
+        service("target-worker", "--model", "specserve/demo-target", *args) as (target, _),
+        service("draft-worker", "--model", "specserve/demo-draft", *args) as (draft, _),
+    ):
+        yield target, draft
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import common_pb2 as pb
-from protos import draft_worker_pb2 as dpb
 from protos import draft_worker_pb2_grpc, router_pb2_grpc, target_worker_pb2_grpc
 from protos import router_pb2 as rpb
 from router.config import EngineConfig, SpeculativeConfig
@@ -27,16 +25,6 @@ from specserve.launch import service
 
 K = 4
 PROMPTS = ["def fibonacci(n):", "import os\nimport sys\n", "class Stack:\n    def push(self, x):"]
-WORKER_ARGS = ("--dtype", "float32", "--max-model-len", "512", "--num-kv-blocks", "256")
-
-
-@pytest.fixture(scope="module")
-def workers() -> Iterator[tuple[str, str]]:
-    with (
-        service("target-worker", "--model", "specserve/demo-target", *WORKER_ARGS) as (t, _),
-        service("draft-worker", "--model", "specserve/demo-draft", *WORKER_ARGS) as (d, _),
-    ):
-        yield t, d
 
 
 def remote_engine(target: str, draft: str | None) -> LLMEngine:
@@ -64,7 +52,7 @@ def run(engine: LLMEngine, params: SamplingParams) -> list[list[int]]:
     ids=["greedy", "seeded"],
 )
 def test_workers_over_grpc_give_the_in_process_output(
-    workers: tuple[str, str], params: SamplingParams
+    grpc_workers: tuple[str, str], params: SamplingParams
 ) -> None:
     local = LLM(
         "specserve/demo-target",
@@ -76,81 +64,16 @@ def test_workers_over_grpc_give_the_in_process_output(
         o.outputs[0].token_ids
         for o in local.generate(PROMPTS, [params] * len(PROMPTS), use_tqdm=False)
     ]
-    engine = remote_engine(*workers)
+    engine = remote_engine(*grpc_workers)
     assert run(engine, params) == expected
     assert engine.metrics.num_draft_tokens > 0
     info = engine.workers.target.describe()
     assert info.num_free_blocks == info.num_blocks  # every sequence was released
 
 
-def test_workers_serve_health_and_refuse_a_bad_k(workers: tuple[str, str]) -> None:
-    _, draft = workers
-    for address in workers:
-        with grpc.insecure_channel(address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=10
-            )
-            assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    with grpc.insecure_channel(draft) as channel:
-        stub = draft_worker_pb2_grpc.DraftWorkerStub(channel)
-        batch = dpb.ProposeBatch(
-            num_draft_tokens=0,
-            sequences=pb.SequenceBatch(
-                seq_ids=[1],
-                cached_lens=[0],
-                num_tokens=[2],
-                token_ids=[1, 2],
-                samplings=[pb.SamplingParams()],
-                sampling_index=[0],
-            ),
-        )
-        with pytest.raises(grpc.RpcError) as info:
-            list(stub.Propose(iter([batch]), timeout=10))
-        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        # and it keeps serving
-        assert stub.Describe(pb.DescribeRequest(), timeout=10).vocab_size == 4096
-
-
-def test_each_worker_holds_the_max_model_len_it_was_started_with(
-    workers: tuple[str, str],
-) -> None:
-    # Both bundled models allow 2048 tokens; the workers were started with 512.
-    stubs = (target_worker_pb2_grpc.TargetWorkerStub, draft_worker_pb2_grpc.DraftWorkerStub)
-    for address, stub in zip(workers, stubs, strict=True):
-        with grpc.insecure_channel(address) as channel:
-            assert stub(channel).Describe(pb.DescribeRequest(), timeout=10).max_model_len == 512
-
-
-def test_an_unknown_sequence_and_bad_tokens_get_their_own_status(workers: tuple[str, str]) -> None:
-    _, draft = workers
-    with grpc.insecure_channel(draft) as channel:
-        stub = draft_worker_pb2_grpc.DraftWorkerStub(channel)
-        # 900 was never prefilled; 901 holds a token past the vocabulary; 902
-        # appends nothing; 903 is well formed.
-        batch = dpb.ProposeBatch(
-            num_draft_tokens=2,
-            sequences=pb.SequenceBatch(
-                seq_ids=[900, 901, 902, 903],
-                cached_lens=[5, 0, 0, 0],
-                num_tokens=[1, 2, 0, 2],
-                token_ids=[1, 1, 99999, 5, 6],
-                samplings=[pb.SamplingParams(temperature=0)],
-                sampling_index=[0, 0, 0, 0],
-            ),
-        )
-        (result,) = list(stub.Propose(iter([batch]), timeout=30))
-        assert {i: s.code for i, s in result.failed.items()} == {
-            0: pb.SequenceStatus.NOT_FOUND,
-            1: pb.SequenceStatus.INVALID_ARGUMENT,
-            2: pb.SequenceStatus.INVALID_ARGUMENT,
-        }
-        assert list(result.drafts.num_drafts)[3] == 2
-        stub.Release(pb.ReleaseRequest(seq_ids=[900, 901, 902, 903]), timeout=10)
-
-
 @pytest.fixture(scope="module")
-def router(workers: tuple[str, str]) -> Iterator[str]:
-    target, draft = workers
+def router(grpc_workers: tuple[str, str]) -> Iterator[str]:
+    target, draft = grpc_workers
     args = (
         "--target-workers",
         target,
@@ -216,7 +139,7 @@ def test_router_refuses_bad_input_and_keeps_serving(router: str) -> None:
 
 
 def test_64_concurrent_streams_complete_and_free_every_block(
-    router: str, workers: tuple[str, str]
+    router: str, grpc_workers: tuple[str, str]
 ) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -231,11 +154,11 @@ def test_64_concurrent_streams_complete_and_free_every_block(
 
     with ThreadPoolExecutor(64) as pool:
         assert list(pool.map(one, range(64))) == [16] * 64
-    for address in workers:
+    for address in grpc_workers:
         with grpc.insecure_channel(address) as channel:
             stub = (
                 target_worker_pb2_grpc.TargetWorkerStub
-                if address == workers[0]
+                if address == grpc_workers[0]
                 else draft_worker_pb2_grpc.DraftWorkerStub
             )(channel)
             info = stub.Describe(pb.DescribeRequest(), timeout=10)
@@ -255,14 +178,14 @@ def test_the_grpc_client_example_streams_a_completion(router: str) -> None:
 
 
 def test_an_expired_deadline_aborts_the_request_and_frees_its_blocks(
-    router: str, workers: tuple[str, str]
+    router: str, grpc_workers: tuple[str, str]
 ) -> None:
     request = rpb.GenerateRequest(text="def f(x):", max_tokens=400, ignore_eos=True)
     with grpc.insecure_channel(router) as channel:
         with pytest.raises(grpc.RpcError) as info:
             list(router_pb2_grpc.RouterStub(channel).Generate(request, timeout=0.5))
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    with grpc.insecure_channel(workers[0]) as channel:
+    with grpc.insecure_channel(grpc_workers[0]) as channel:
         stub = target_worker_pb2_grpc.TargetWorkerStub(channel)
         for _ in range(50):  # the abort reaches the engine loop within a round or two
             info_ = stub.Describe(pb.DescribeRequest(), timeout=10)
@@ -272,7 +195,9 @@ def test_an_expired_deadline_aborts_the_request_and_frees_its_blocks(
         assert info_.num_free_blocks == info_.num_blocks
 
 
-def test_abort_ends_the_stream_and_frees_its_blocks(router: str, workers: tuple[str, str]) -> None:
+def test_abort_ends_the_stream_and_frees_its_blocks(
+    router: str, grpc_workers: tuple[str, str]
+) -> None:
     responses: list[rpb.GenerateResponse] = []
     request = rpb.GenerateRequest(
         request_id="to-abort", text="def f(x):", max_tokens=500, ignore_eos=True
@@ -293,7 +218,7 @@ def test_abort_ends_the_stream_and_frees_its_blocks(router: str, workers: tuple[
     thread.join(timeout=30)
     assert responses and responses[-1].finish_reason == rpb.FINISH_REASON_ABORT
     assert sum(len(r.token_ids) for r in responses) < 500
-    with grpc.insecure_channel(workers[0]) as channel:
+    with grpc.insecure_channel(grpc_workers[0]) as channel:
         info = target_worker_pb2_grpc.TargetWorkerStub(channel).Describe(
             pb.DescribeRequest(), timeout=10
         )

@@ -5,6 +5,7 @@ of itself). DraftWorker and TargetWorker add their batch calls."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from model_runtime.runner import ModelRunner
 from protos.messages import WorkerInfo
@@ -38,6 +39,7 @@ class LocalWorker:
             num_free_blocks=cache.num_free_blocks,
             max_num_batched_tokens=self.runner.limits.max_tokens,
             max_num_seqs=self.runner.limits.max_seqs,
+            forwards=replace(self.runner.counts),
         )
 
     def probe(self, timeout_s: float) -> bool:
