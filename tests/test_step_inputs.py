@@ -5,6 +5,9 @@ Triton kernels through the interpreter; capture and replay need a GPU.)"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +174,20 @@ def test_the_startup_forwards_that_compile_every_query_tile_leave_the_cache_as_i
     assert runner.counts.eager == eager + 5  # tiles of 4, 8, 16, 32 and 64 new tokens
     assert runner.kv_cache.num_free_blocks == free and runner.kv_cache.num_tokens(1) == held
     assert WARM_UP_SEQ not in runner.kv_cache
+
+
+def test_the_attention_kernel_compiles_nothing_new_for_a_longer_table_or_query() -> None:
+    # Triton specialises integer arguments equal to 1 or divisible by 16 into
+    # kernel variants; the block table's width and the query tile count vary
+    # with the batch, so a variant per value would compile mid-run (half a
+    # second, seen on the GPU when a draft caught up after rounds without drafts).
+    # The interpreter keeps no specialisation: ask the compiled kernel's.
+    script = (
+        "from model_runtime.kernels.paged_attention import _attend_tile as f;"
+        "print(sorted(p.name for p in f.params if p.do_not_specialize))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "['q_tiles', 'stride_bt']"

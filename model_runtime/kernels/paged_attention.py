@@ -93,9 +93,14 @@ def _key_range(
     return start, end
 
 
-# q_tiles varies with the longest query: compiling a variant for a value of
-# it (Triton specialises 1 and multiples of 16) would stall a catch-up step.
-@triton.jit(do_not_specialize=["q_tiles"])
+# q_tiles varies with the longest query and stride_bt (the block table's
+# padded width) with the longest sequence: compiling a variant for a value of
+# either (Triton specialises 1 and multiples of 16) would stall a catch-up or
+# prefill step for about half a second, mid-run, once per query tile size.
+DATA_DEPENDENT = ["stride_bt", "q_tiles"]
+
+
+@triton.jit(do_not_specialize=DATA_DEPENDENT)
 def _attend_tile(
     q_ptr, k_ptr, v_ptr, out_ptr, part_out_ptr, part_lse_ptr,
     block_tables_ptr, seq_lens_ptr, query_starts_ptr,
