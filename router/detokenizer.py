@@ -55,6 +55,28 @@ class IncrementalDetokenizer:
         self.text += new
         return new
 
+    def extend(self, token_ids: Sequence[int]) -> str:
+        """Add several tokens; return the text they complete: what pushing
+        them one by one returns, joined, for fewer calls."""
+        if self._stream is None:
+            new = "".join(self._push_window(t) for t in token_ids)
+            self.text += new
+            return new
+        stream, backend = self._stream
+        pieces = []
+        for i, token in enumerate(token_ids):
+            self.ids.append(token)
+            try:
+                pieces.append(stream.step(backend, token) or "")
+            except Exception:  # as in push: the windows take over from here
+                self.text += "".join(pieces)
+                rest = self._to_windows() + "".join(map(self._push_window, token_ids[i + 1 :]))
+                self.text += rest
+                return "".join(pieces) + rest
+        new = "".join(pieces)
+        self.text += new
+        return new
+
     def _to_windows(self) -> str:
         """Decode in windows from now on: replay them over every output token
         so far, and return the text they have past what the stream gave."""

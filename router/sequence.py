@@ -79,27 +79,59 @@ class SequenceState:
         self.target_worker = self.draft_worker = -1
 
     def append(self, token_ids: list[int], logprobs: list[TokenLogprob] | None = None) -> None:
-        """Append generated tokens (and their logprobs, when asked) one by one until
-        one of them finishes the sequence."""
+        """Append generated tokens (and their logprobs, when asked) until one of
+        them finishes the sequence. Without stop strings the text is decoded
+        once for all of them; with stop strings, token by token (one may end
+        in the middle of the tokens)."""
+        if self.params.stop_strings:
+            for i, token in enumerate(token_ids):
+                self._append_one(token, logprobs[i] if logprobs else None)
+                if self.finished:
+                    return
+            return
+        end = self._first_finishing(token_ids)
+        kept = token_ids[:end]
+        self.output_ids.extend(kept)
+        if logprobs:
+            self.logprobs.extend(logprobs[:end])
+        self.detokenizer.extend(kept)
+
+    def _first_finishing(self, token_ids: list[int]) -> int:
+        """How many of ``token_ids`` to keep: up to the first that stops the
+        sequence (a stop token or EOS) or reaches its length; sets why."""
         p = self.params
-        for i, token in enumerate(token_ids):
-            self.output_ids.append(token)
-            if logprobs:
-                self.logprobs.append(logprobs[i])
-            searched = len(self.detokenizer.text)  # stop strings were looked for up to here
-            self.detokenizer.push(token)
+        room = self.max_model_len - self.num_tokens
+        if p.max_tokens is not None:
+            room = min(room, p.max_tokens - len(self.output_ids))
+        eos = None if p.ignore_eos else self.eos_token_id
+        for i, token in enumerate(token_ids[:room]):
             if p.stop_token_ids and token in p.stop_token_ids:
                 self.finish_reason, self.stop_reason = "stop", token
-            elif token == self.eos_token_id and not p.ignore_eos:
+                return i + 1
+            if token == eos:
                 self.finish_reason = "stop"
-            elif self._cut_at_stop_string(searched):
-                self.finish_reason = "stop"
-            elif p.max_tokens is not None and len(self.output_ids) >= p.max_tokens:
-                self.finish_reason = "length"
-            elif self.num_tokens >= self.max_model_len:
-                self.finish_reason = "length"
-            if self.finished:
-                return
+                return i + 1
+        if room <= len(token_ids):
+            self.finish_reason = "length"
+        return min(room, len(token_ids))
+
+    def _append_one(self, token: int, logprob: TokenLogprob | None) -> None:
+        p = self.params
+        self.output_ids.append(token)
+        if logprob is not None:
+            self.logprobs.append(logprob)
+        searched = len(self.detokenizer.text)  # stop strings were looked for up to here
+        self.detokenizer.push(token)
+        if p.stop_token_ids and token in p.stop_token_ids:
+            self.finish_reason, self.stop_reason = "stop", token
+        elif token == self.eos_token_id and not p.ignore_eos:
+            self.finish_reason = "stop"
+        elif self._cut_at_stop_string(searched):
+            self.finish_reason = "stop"
+        elif p.max_tokens is not None and len(self.output_ids) >= p.max_tokens:
+            self.finish_reason = "length"
+        elif self.num_tokens >= self.max_model_len:
+            self.finish_reason = "length"
 
     def _cut_at_stop_string(self, searched: int) -> bool:
         """Cut the text before the first stop string it now holds; only text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -43,6 +45,12 @@ def test_ignore_eos_keeps_going(tokenizer) -> None:  # type: ignore[no-untyped-d
     seq = state(tokenizer, SamplingParams(max_tokens=10, ignore_eos=True))
     seq.append([5, EOS, 7])
     assert seq.output_ids == [5, EOS, 7] and not seq.finished
+
+
+def test_a_stop_token_ends_the_sequence_and_is_kept(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    seq = state(tokenizer, SamplingParams(max_tokens=10, stop_token_ids=[6]))
+    seq.append([5, 6, 7])
+    assert seq.output_ids == [5, 6] and (seq.finish_reason, seq.stop_reason) == ("stop", 6)
 
 
 def test_max_tokens_cuts_a_round_short(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -131,3 +139,49 @@ def test_a_token_run_the_stream_refuses_goes_on_in_windows_without_an_error() ->
             refused = streamed._stream is None
         handed_over += refused
     assert handed_over > 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_tokens=40),
+        SamplingParams(max_tokens=40, ignore_eos=True),
+        SamplingParams(max_tokens=40, stop_token_ids=[27]),
+        SamplingParams(max_tokens=None),
+    ],
+    ids=["eos", "ignore-eos", "stop-token", "context-length"],
+)
+def test_a_round_appended_at_once_ends_where_token_by_token_would(tokenizer, params) -> None:  # type: ignore[no-untyped-def]
+    import random
+
+    rng = random.Random(3)
+    ids = [rng.choice([EOS, 27, *range(100, 400)]) for _ in range(60)]
+    # A stop string that never appears makes the reference go token by token.
+    token_by_token = replace(params, stop=["\x00never"])
+    at_once, one_by_one = state(tokenizer, params, 50), state(tokenizer, token_by_token, 50)
+    for start in range(0, len(ids), 5):  # rounds of five tokens
+        if not at_once.finished:
+            at_once.append(ids[start : start + 5])
+    for token in ids:
+        if not one_by_one.finished:
+            one_by_one.append([token])
+    assert at_once.output_ids == one_by_one.output_ids
+    assert (at_once.finish_reason, at_once.stop_reason) == (
+        one_by_one.finish_reason,
+        one_by_one.stop_reason,
+    )
+    assert at_once.text == one_by_one.text
+
+
+def test_a_token_run_extended_at_once_decodes_as_pushed_one_by_one() -> None:
+    import random
+
+    tokenizer = byte_fallback_tokenizer()  # its streams hand over to windows now and then
+    rng = random.Random(2)
+    for _ in range(200):
+        prompt = [rng.randrange(len(tokenizer)) for _ in range(4)]
+        ids = [rng.randrange(len(tokenizer)) for _ in range(12)]
+        pushed, extended = (IncrementalDetokenizer(tokenizer, prompt) for _ in range(2))
+        expected = "".join(pushed.push(t) for t in ids)
+        assert extended.extend(ids[:5]) + extended.extend(ids[5:]) == expected
+        assert extended.text == pushed.text
