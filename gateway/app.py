@@ -31,11 +31,14 @@ from gateway.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     GatewayError,
+    NamesModel,
     SamplingFields,
     error_body,
+    validation_message,
 )
 from gateway.render import ChatRenderer, CompletionRenderer, Decode, Renderer
 from gateway.responses import Drain, Responder
+from gateway.tokenizer_routes import add_tokenizer_routes
 from protos.server import bearer_matches
 
 # The completions API's own default; chat's is the room left in the context.
@@ -76,28 +79,42 @@ class Gateway:
     def decode(self, token_id: int) -> str:
         return str(self.backend.tokenizer.decode([token_id]))
 
-    def check_model(self, body: SamplingFields) -> None:
+    def check_model(self, body: NamesModel) -> None:
+        """Refuse a body that names another model than the one served."""
         self.require_ready()
-        if body.model is not None and body.model != self.model:
+        if body.model is not None:
+            self._known(body.model)
+
+    def _known(self, model_id: str) -> None:
+        if model_id != self.model:
             raise GatewayError(
-                f"model {body.model!r} does not exist; this server serves {self.model!r}", 404
+                f"model {model_id!r} does not exist; this server serves {self.model!r}", 404
             )
 
     def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [self.model_card(self.model)]}
+
+    def model_card(self, model_id: str) -> dict[str, Any]:
+        """The served model's card, in vLLM's shape; 404 for another id."""
         self.require_ready()
-        card = {
+        self._known(model_id)
+        return {
             "id": self.model,
             "object": "model",
             "created": 0,
             "owned_by": "specserve",
+            "root": self.backend.model,  # the checkpoint the served name stands for
+            "parent": None,
             "max_model_len": self.backend.max_model_len,
+            "permission": [],
         }
-        return {"object": "list", "data": [card]}
 
     async def completions(self, body: CompletionRequest) -> Any:
         self.check_model(body)
         prompts, texts = await asyncio.to_thread(self.prompts.completion, body.prompt)
         max_tokens = body.max_tokens if body.max_tokens is not None else COMPLETION_MAX_TOKENS
+        if max_tokens == 0 and not body.echo:
+            raise GatewayError("max_tokens 0 asks for nothing; it needs echo set to true")
         return await self.respond(CompletionRenderer, prompts, texts, body, max_tokens, body.echo)
 
     async def chat(self, body: ChatCompletionRequest) -> Any:
@@ -163,6 +180,10 @@ def build_app(
     async def models() -> dict[str, Any]:
         return gateway.models()
 
+    @app.get("/v1/models/{model_id:path}")
+    async def model_card(model_id: str) -> dict[str, Any]:
+        return gateway.model_card(model_id)
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> Any:
         return await gateway.completions(body)
@@ -171,6 +192,7 @@ def build_app(
     async def chat(body: ChatCompletionRequest) -> Any:
         return await gateway.chat(body)
 
+    add_tokenizer_routes(app, gateway)
     return app
 
 
@@ -185,7 +207,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        parts = [f"{'.'.join(map(str, e['loc'][1:])) or 'body'}: {e['msg']}" for e in exc.errors()]
+        parts = [validation_message(e) for e in exc.errors()]
         return JSONResponse(error_body("; ".join(parts)), status_code=400)
 
     @app.exception_handler(HTTPException)

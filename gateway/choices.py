@@ -33,6 +33,25 @@ class Choice:
         self.deltas = aiter(self.completion)
 
 
+class PromptOnly:
+    """A completion of one token that shows none: echo with max_tokens 0, the
+    prompt and its logprobs alone (what evaluation harnesses send to score
+    text). The token is generated because the prompt's logprobs come with
+    the first step."""
+
+    def __init__(self, completion: Completion):
+        self._completion = completion
+
+    async def __aiter__(self) -> AsyncIterator[Delta]:
+        async for d in self._completion:
+            finish = d.finish_reason if d.finish_reason in (None, "abort") else "length"
+            yield replace(d, token_ids=[], text="", logprobs=[], finish_reason=finish,
+                          stop_reason=None)  # fmt: skip
+
+    def abort(self) -> None:
+        self._completion.abort()
+
+
 def refusal(e: Exception) -> GatewayError:
     """The answer to a backend's refusal: a full backend is 429 (come back in a
     second), one that cannot serve 503, a request it will not take 400."""
@@ -56,11 +75,16 @@ def start_choices(
     if not 1 <= body.n <= SamplingParams.MAX_N:
         raise GatewayError(f"n must be in [1, {SamplingParams.MAX_N}], got {body.n}")
     choices: list[Choice] = []
+    prompt_only = max_tokens == 0  # echo alone: the prompt (and its logprobs)
     try:
         for ids, text in zip(prompts, texts, strict=True):
-            params = _params(body, max_tokens, len(ids), backend.max_model_len)
+            params = _params(
+                body, 1 if prompt_only else max_tokens, len(ids), backend.max_model_len
+            )
             for i in range(body.n):
                 completion = backend.submit(ids, choice_params(params, i))
+                if prompt_only:
+                    completion = PromptOnly(completion)
                 choices.append(Choice(len(choices), completion, ids, text if echo else ""))
     except (ValueError, Overloaded, Unavailable) as e:
         abort_all(choices)

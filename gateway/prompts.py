@@ -59,12 +59,14 @@ class Prompts:
             "and not empty"
         )
 
-    def chat(self, messages: list[ChatMessage]) -> list[int]:
+    def chat(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
         """The messages rendered by the model's chat template, with the
-        assistant's turn opened, as token ids."""
+        assistant's turn opened (unless told not to), as token ids."""
         try:
             text = self.tokenizer.apply_chat_template(
-                [m.model_dump() for m in messages], add_generation_prompt=True, tokenize=False
+                [m.rendered() for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
             )
         except Exception as e:  # a template that rejects these messages
             raise GatewayError(f"the chat template cannot render these messages: {e}") from e

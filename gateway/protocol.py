@@ -7,15 +7,41 @@ SamplingParams; any failure becomes a 400 with OpenAI's error JSON.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from router.params import SamplingParams
 
+# Fields of the OpenAI API and vLLM's extensions that this server does not
+# act on yet, each with the value that asks for nothing: sent with that value
+# they are accepted, with any other refused, never ignored.
+NOT_YET = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "logit_bias": None,
+    "min_tokens": 0,
+    "best_of": 1,
+    "suffix": None,
+    "bad_words": None,
+    "include_stop_str_in_output": False,
+    "truncate_prompt_tokens": None,
+    "response_format": None,
+    "structured_outputs": None,
+    "guided_json": None,
+    "guided_regex": None,
+    "guided_choice": None,
+    "guided_grammar": None,
+    "tools": None,
+    "tool_choice": None,
+    "parallel_tool_calls": None,
+}
+
 
 class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # An unknown field is refused (400 naming it), never silently ignored.
+    model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
     max_tokens: int | None = Field(default=None)
@@ -30,7 +56,42 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    # What only describes the request to the provider (no effect on the output).
     user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[str, float] | None = None
+    min_tokens: int = 0
+    best_of: int | None = 1
+    suffix: str | None = None
+    bad_words: list[str] | None = None
+    include_stop_str_in_output: bool = False
+    truncate_prompt_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: Any = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+
+    @model_validator(mode="after")
+    def _nothing_ignored(self) -> SamplingFields:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options can only be set when stream is true")
+        for name, nothing in NOT_YET.items():
+            value = getattr(self, name, nothing)
+            if value is not None and value != nothing and value != {} and value != []:
+                raise ValueError(
+                    f"{name}={value!r} is not supported by this server yet; leave it out"
+                )
+        return self
 
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:
         """Raises ValueError naming the bad field."""
@@ -69,9 +130,30 @@ class CompletionRequest(SamplingFields):
         return self.logprobs, self.logprobs if self.echo else None
 
 
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str
+
+
 class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str
+    # A string, or a list of text parts (joined by newlines, as vLLM does).
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def rendered(self) -> dict[str, str]:
+        """The message as the chat template takes it."""
+        text = (
+            self.content
+            if isinstance(self.content, str)
+            else "\n".join(p.text for p in self.content)
+        )
+        named = {"name": self.name} if self.name is not None else {}
+        return {"role": self.role, "content": text, **named}
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -84,6 +166,26 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs set to true")
         return (self.top_logprobs or 0) if self.logprobs else None, None
+
+
+class NamesModel(Protocol):
+    """A request body that may name the model it is for."""
+
+    model: str | None
+
+
+def validation_message(error: dict[str, Any]) -> str:
+    """One of pydantic's complaints about a request body, said plainly."""
+    where = ".".join(map(str, error["loc"][1:])) or "body"
+    if error["type"] == "json_invalid":
+        position = error["loc"][1] if len(error["loc"]) > 1 else "?"
+        return (
+            f"the request body is not valid JSON ({error['ctx'].get('error', 'invalid')} "
+            f"at character {position})"
+        )
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown field; see the OpenAI API for the fields this route takes"
+    return f"{where}: {error['msg']}".replace("Value error, ", "")
 
 
 class GatewayError(Exception):

@@ -23,6 +23,10 @@ class Renderer(Protocol):
         """The choice's fields for ``delta`` (besides index and finish_reason)."""
         ...
 
+    def opening(self, choice: Choice) -> dict[str, Any] | None:
+        """A streamed choice's fields before its first delta, if its API sends any."""
+        ...
+
 
 class _Rendering:
     def __init__(self, decode: Decode, wants_logprobs: bool):
@@ -53,6 +57,9 @@ class CompletionRenderer(_Rendering):
         text = (choice.echo_text if first else "") + delta.text
         return {"text": text, "logprobs": logprobs}
 
+    def opening(self, choice: Choice) -> dict[str, Any] | None:
+        return None
+
 
 class ChatRenderer(_Rendering):
     """/v1/chat/completions: the assistant's message (a delta when streaming,
@@ -61,6 +68,12 @@ class ChatRenderer(_Rendering):
     id_prefix = "chatcmpl"
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
+
+    def opening(self, choice: Choice) -> dict[str, Any] | None:
+        """The first chunk of a streamed choice names the role alone (as
+        OpenAI's and vLLM's do), with empty content."""
+        choice.started = True
+        return {"delta": {"role": "assistant", "content": ""}, "logprobs": None}
 
     def fields(self, choice: Choice, delta: Delta, streaming: bool) -> dict[str, Any]:
         message: dict[str, Any] = {"content": delta.text}

@@ -92,9 +92,7 @@ class Responder:
                     raise GatewayError(done.error, 503)
                 completion_tokens += len(done.token_ids)
                 fields = self.renderer.fields(choice, done, streaming=False)
-                rendered.append(
-                    {"index": choice.index, **fields, "finish_reason": done.finish_reason}
-                )
+                rendered.append({"index": choice.index, **fields, **_ending(done)})
         except (ValueError, Overloaded, Unavailable) as e:
             raise refusal(e) from e
         finally:
@@ -113,6 +111,11 @@ class Responder:
         tasks = [asyncio.create_task(self._pump(c, merged)) for c in self.choices]
         open_choices, completion_tokens = len(self.choices), 0
         try:
+            for choice in self.choices:  # chat's opening chunks: the role alone
+                opening = self.renderer.opening(choice)
+                if opening is not None:
+                    chunk = {"index": choice.index, **opening, "finish_reason": None}
+                    yield _event(self._chunk_head() | {"choices": [chunk]})
             while open_choices:
                 item = await self._next(merged)
                 if item is None:  # the server stops before this stream ends
@@ -149,7 +152,7 @@ class Responder:
 
     def _chunk(self, choice: Choice, delta: Delta) -> dict[str, Any]:
         fields = self.renderer.fields(choice, delta, streaming=True)
-        chunk = {"index": choice.index, **fields, "finish_reason": delta.finish_reason}
+        chunk = {"index": choice.index, **fields, **_ending(delta)}
         return self._chunk_head() | {"choices": [chunk]}
 
     def _chunk_head(self) -> dict[str, Any]:
@@ -190,6 +193,12 @@ class Responder:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
+
+
+def _ending(delta: Delta) -> dict[str, Any]:
+    """Why a choice ended, as vLLM says it: finish_reason, and stop_reason (the
+    stop token id or stop string that ended it; None for EOS and length)."""
+    return {"finish_reason": delta.finish_reason, "stop_reason": delta.stop_reason}
 
 
 def _event(payload: dict[str, Any]) -> str:

@@ -42,6 +42,8 @@ class Delta:
     error: str | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, if asked
     prompt_logprobs: list[TokenLogprob] | None = None  # in the first delta, if asked
+    # In the last delta: the stop token id or stop string that ended it (None: EOS, length)
+    stop_reason: int | str | None = None
 
 
 class DuplicateRequestError(ValueError):
@@ -235,6 +237,7 @@ class EngineLoop:
                     error=seq.error,
                     logprobs=seq.logprobs[stream.sent_tokens :],
                     prompt_logprobs=seq.prompt_logprobs if not stream.sent_tokens else None,
+                    stop_reason=seq.stop_reason if seq.finished else None,
                 )
             )
             stream.sent_tokens, stream.sent_text = len(seq.output_ids), text_end

@@ -60,7 +60,7 @@ def params_from_request(m: rpb.GenerateRequest) -> SamplingParams:
 def delta_to_response(
     request_id: str, delta: Delta, prompt_ids: Sequence[int], first: bool
 ) -> rpb.GenerateResponse:
-    return rpb.GenerateResponse(
+    m = rpb.GenerateResponse(
         request_id=request_id,
         token_ids=delta.token_ids,
         text=delta.text,
@@ -75,6 +75,11 @@ def delta_to_response(
         logprobs=[logprob_to_proto(t) for t in delta.logprobs],
         prompt_logprobs=[logprob_to_proto(t) for t in delta.prompt_logprobs or []],
     )
+    if isinstance(delta.stop_reason, str):
+        m.stop_string = delta.stop_reason
+    elif delta.stop_reason is not None:
+        m.stop_token_id = delta.stop_reason
+    return m
 
 
 def delta_from_response(m: rpb.GenerateResponse, wants_prompt_logprobs: bool) -> Delta:
@@ -91,7 +96,13 @@ def delta_from_response(m: rpb.GenerateResponse, wants_prompt_logprobs: bool) ->
             if wants_prompt_logprobs and m.prompt_token_ids
             else None
         ),
+        stop_reason=_stop_reason_from(m),
     )
+
+
+def _stop_reason_from(m: rpb.GenerateResponse) -> int | str | None:
+    field = m.WhichOneof("stop_reason")
+    return None if field is None else getattr(m, field)
 
 
 def router_info(

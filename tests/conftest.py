@@ -9,6 +9,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # no hub is reachable; never try it
 # Triton kernels run on the CPU through the interpreter (set before they are defined).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,36 @@ def runner_of(folder: Path, num_blocks: int, **options: Any) -> ModelRunner:
         holds = num_blocks * options.get("block_size", 16)
         options["max_model_len"] = min(holds, allowed_length(str(folder)))
     return build_runner(RunnerSpec(str(folder), num_kv_blocks=num_blocks, **options))
+
+
+# `specserve serve` as the seed document starts it (the bundled pair, k = 5).
+SPEC = '{"model": "specserve/demo-draft", "num_speculative_tokens": 5, "method": "draft_model"}'
+SEED_FLAGS = (
+    "--host",
+    "127.0.0.1",
+    "--seed",
+    "42",
+    "-tp",
+    "1",
+    "--max_model_len",
+    "2048",
+    "--gpu_memory_utilization",
+    "0.8",
+    "--speculative_config",
+    SPEC,
+)
+
+
+@pytest.fixture(scope="session")
+def served() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    # Statistics logged after every step, so that a test can find them at once.
+    flags = ("--dtype", "float32", "--log-stats-interval-s", "0")
+    with service("serve", "specserve/demo-target", *SEED_FLAGS, *flags) as (address, process):
+        yield f"http://{address}", process
+        tail = "".join(process.output_tail)  # type: ignore[attr-defined]
+        assert process.poll() is None, f"the server exited early:\n{tail}"
+
+
+@pytest.fixture(scope="session")
+def server(served: tuple[str, subprocess.Popen[str]]) -> str:
+    return served[0]
