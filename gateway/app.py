@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from importlib.metadata import version as package_version
 from typing import Any
 
@@ -225,17 +225,39 @@ def _add_guard_and_counting(
     max_body_bytes: int,
 ) -> None:
     """Refuse what must not reach a handler (see ``_refusal``); count and time
-    every /v1 answer."""
+    every /v1 answer, once its body is sent (a stream's last event, not its
+    headers), labelled by its route (an unknown path: "unmatched", so that
+    random URLs make no new series)."""
 
     @app.middleware("http")
     async def _guard_and_count(request: Request, call_next: Any) -> Any:
         start = time.monotonic()
         refused = _refusal(request, api_key, protected, max_body_bytes)
         response = refused or await call_next(request)
-        if request.url.path.startswith("/v1"):
-            metrics.requests.labels(request.url.path, str(response.status_code)).inc()
+        if not request.url.path.startswith("/v1"):
+            return response
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "unmatched")
+
+        def count() -> None:
+            metrics.requests.labels(endpoint, str(response.status_code)).inc()
             metrics.latency.observe(time.monotonic() - start)
+
+        body = getattr(response, "body_iterator", None)  # what call_next hands back has one
+        if body is None:  # refused here: its body is whole already
+            count()
+        else:
+            setattr(response, "body_iterator", _then(body, count))  # noqa: B010
         return response
+
+
+async def _then(chunks: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
+    """The chunks of a response body, then ``done()`` (also when the client left)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        done()
 
 
 def _refusal(
