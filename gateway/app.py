@@ -1,6 +1,7 @@
 """The OpenAI-compatible HTTP gateway: /v1/models, /v1/completions and
 /v1/chat/completions (streamed as server-sent events or not), /health,
-/version and /metrics, in front of a backend (the engine in this process, or
+/version and /metrics, and vLLM's /tokenize, /detokenize and /ping
+(``gateway.tokenizer_routes``), in front of a backend (the engine in this process, or
 a Router service over gRPC).
 
 A handler tokenizes the prompt (``gateway.prompts``), starts the request's
@@ -11,13 +12,14 @@ choices on the backend (``gateway.choices``) and answers through a
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+import logging
+from collections.abc import Callable
 from importlib.metadata import version as package_version
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
@@ -25,6 +27,7 @@ from starlette.middleware.body_limit import RequestBodyLimitMiddleware
 
 from gateway.backends import Backend
 from gateway.choices import start_choices
+from gateway.guard import add_guard_and_counting
 from gateway.metrics import GatewayMetrics
 from gateway.prompts import Prompts
 from gateway.protocol import (
@@ -39,7 +42,8 @@ from gateway.protocol import (
 from gateway.render import ChatRenderer, CompletionRenderer, Decode, Renderer
 from gateway.responses import Drain, Responder
 from gateway.tokenizer_routes import add_tokenizer_routes
-from protos.server import bearer_matches
+
+logger = logging.getLogger(__name__)
 
 # The completions API's own default; chat's is the room left in the context.
 COMPLETION_MAX_TOKENS = 16
@@ -52,9 +56,17 @@ class Gateway:
     every /v1 route a 503 that says why, until it can.
     """
 
-    def __init__(self, backend: Backend, served_model_name: str | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        served_model_name: str | None = None,
+        chat_template: str | None = None,
+        log_requests: bool = False,
+    ):
         self.backend = backend
         self.served_model_name = served_model_name
+        self.chat_template = chat_template
+        self.log_requests = log_requests
         self.metrics = GatewayMetrics(backend.stats)
         self.drain = Drain()  # started when the server is told to stop
         self._prompts: Prompts | None = None
@@ -68,7 +80,7 @@ class Gateway:
     def prompts(self) -> Prompts:
         if self._prompts is None:
             b = self.backend
-            self._prompts = Prompts(b.tokenizer, b.vocab_size, b.max_model_len)
+            self._prompts = Prompts(b.tokenizer, b.vocab_size, b.max_model_len, self.chat_template)
         return self._prompts
 
     def require_ready(self) -> None:
@@ -136,6 +148,12 @@ class Gateway:
         wants_logprobs = body.logprob_counts()[0] is not None  # checked by start_choices
         rendering = renderer(self.decode, wants_logprobs)
         responder = Responder(choices, prompts, rendering, self.model, self.metrics, self.drain)
+        if self.log_requests:
+            logger.info(
+                "request %s: %d prompt tokens, %d choices, max_tokens %s, temperature %s%s",
+                responder.head["id"], sum(map(len, prompts)), len(choices), max_tokens,
+                body.temperature, ", streamed" if body.stream else "",
+            )  # fmt: skip
         await responder.prime()
         if body.stream:
             events = responder.events(body.include_usage)
@@ -149,16 +167,23 @@ def build_app(
     api_key: str | None = None,
     max_request_body_bytes: int = 16 << 20,
     protect_metrics: bool = False,
+    cors: dict[str, Any] | None = None,
+    chat_template: str | None = None,
+    log_requests: bool = False,
 ) -> FastAPI:
     """The app over ``backend``. With ``api_key`` every /v1 route (and with
-    ``protect_metrics`` /metrics too) needs ``Authorization: Bearer KEY``."""
+    ``protect_metrics`` /metrics too) needs ``Authorization: Bearer KEY``;
+    ``cors`` are CORSMiddleware's options (None: no CORS headers);
+    ``chat_template`` replaces the model's; ``log_requests`` logs each one."""
     app = FastAPI(title="specserve")
-    app.state.gateway = gateway = Gateway(backend, served_model_name)
+    app.state.gateway = gateway = Gateway(backend, served_model_name, chat_template, log_requests)
+    if cors is not None:
+        app.add_middleware(CORSMiddleware, **cors)
     # A larger body is refused (413) as it arrives, before it is read whole.
     app.add_middleware(RequestBodyLimitMiddleware, max_body_size=max_request_body_bytes)
     _add_error_handlers(app)
     protected = ("/v1", "/metrics") if protect_metrics else ("/v1",)
-    _add_guard_and_counting(app, gateway.metrics, api_key, protected, max_request_body_bytes)
+    add_guard_and_counting(app, gateway.metrics, api_key, protected, max_request_body_bytes)
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:
@@ -215,64 +240,3 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             error_body(str(exc.detail), exc.status_code), status_code=exc.status_code
         )
-
-
-def _add_guard_and_counting(
-    app: FastAPI,
-    metrics: GatewayMetrics,
-    api_key: str | None,
-    protected: tuple[str, ...],
-    max_body_bytes: int,
-) -> None:
-    """Refuse what must not reach a handler (see ``_refusal``); count and time
-    every /v1 answer, once its body is sent (a stream's last event, not its
-    headers), labelled by its route (an unknown path: "unmatched", so that
-    random URLs make no new series)."""
-
-    @app.middleware("http")
-    async def _guard_and_count(request: Request, call_next: Any) -> Any:
-        start = time.monotonic()
-        refused = _refusal(request, api_key, protected, max_body_bytes)
-        response = refused or await call_next(request)
-        if not request.url.path.startswith("/v1"):
-            return response
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "unmatched")
-
-        def count() -> None:
-            metrics.requests.labels(endpoint, str(response.status_code)).inc()
-            metrics.latency.observe(time.monotonic() - start)
-
-        body = getattr(response, "body_iterator", None)  # what call_next hands back has one
-        if body is None:  # refused here: its body is whole already
-            count()
-        else:
-            setattr(response, "body_iterator", _then(body, count))  # noqa: B010
-        return response
-
-
-async def _then(chunks: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
-    """The chunks of a response body, then ``done()`` (also when the client left)."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    finally:
-        done()
-
-
-def _refusal(
-    request: Request, api_key: str | None, protected: tuple[str, ...], max_body_bytes: int
-) -> JSONResponse | None:
-    """With ``api_key``, the ``protected`` routes need ``Authorization: Bearer
-    KEY``; a body declared larger than ``max_body_bytes`` is refused unread
-    (one sent in chunks is cut off by RequestBodyLimitMiddleware as it arrives)."""
-    if api_key and request.url.path.startswith(protected):
-        if not bearer_matches(request.headers.get("authorization"), api_key):
-            return JSONResponse(error_body("invalid or missing API key", 401), status_code=401)
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_body_bytes:
-        message = (
-            f"the request body has {declared} bytes; this server takes at most {max_body_bytes}"
-        )
-        return JSONResponse(error_body(message, 413), status_code=413)
-    return None

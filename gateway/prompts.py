@@ -19,8 +19,16 @@ from gateway.protocol import ChatMessage, GatewayError
 class Prompts:
     """The tokenizer of a backend, and what a prompt may be for it."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, vocab_size: int, max_model_len: int):
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        vocab_size: int,
+        max_model_len: int,
+        chat_template: str | None = None,
+    ):
+        """``chat_template``: one to use instead of the tokenizer's own."""
         self.tokenizer = tokenizer
+        self.chat_template = chat_template
         self.vocab_size = vocab_size
         longest_token = max((len(t) for t in tokenizer.get_vocab()), default=1)
         # No prompt of max_model_len tokens has more characters than this.
@@ -67,6 +75,7 @@ class Prompts:
                 [m.rendered() for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
+                chat_template=self.chat_template,
             )
         except Exception as e:  # a template that rejects these messages
             raise GatewayError(f"the chat template cannot render these messages: {e}") from e

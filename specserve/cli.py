@@ -18,6 +18,7 @@ from protos.tls import TlsConfig
 from router.service_config import RouterConfig
 from specserve.arguments import add_config_arguments, config_from_args
 from specserve.commands.generate import GenerateConfig, generate
+from specserve.commands.http_server import HttpConfig
 from specserve.commands.serve import ServeConfig
 from specserve.launch import ServiceStartError, die_with_parent
 from target_worker import service as target_service
@@ -44,6 +45,15 @@ def _run_worker(serve: Callable[..., None], worker_config: type, args: argparse.
 def _run_serve(args: argparse.Namespace) -> int:
     from specserve.commands.serve import deprecated_flags_message, serve
 
+    if args.model_flag is not None:  # --model, as vLLM's launch scripts pass it
+        if args.model is not None and args.model != args.model_flag:
+            print(
+                f"specserve serve: error: the model is given twice: {args.model!r} and "
+                f"--model {args.model_flag!r}",
+                file=sys.stderr,
+            )
+            return 2
+        args.model = args.model_flag
     if args.speculative_model is not None or args.num_speculative_tokens is not None:
         print(
             f"specserve serve: error: "
@@ -55,6 +65,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         config_from_args(ServeConfig, args),
         config_from_args(ParallelConfig, args),
         config_from_args(TlsConfig, args),
+        config_from_args(HttpConfig, args),
     )
     return 0
 
@@ -87,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser = commands.add_parser(
         "serve", help="serve a model (and its draft) behind an OpenAI-compatible HTTP API"
     )
-    for serve_part in (ServeConfig, ParallelConfig, TlsConfig):
+    for serve_part in (ServeConfig, ParallelConfig, TlsConfig, HttpConfig):
         add_config_arguments(serve_parser, serve_part)
+    serve_parser.add_argument("--model", dest="model_flag", help="the model, as a flag")
     for old in ("speculative_model", "num_speculative_tokens"):
         serve_parser.add_argument(
             f"--{old}",

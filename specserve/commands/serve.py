@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import socket
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,13 +23,14 @@ from gateway.backends import Backend, LocalBackend
 from gateway.router_backend import RouterBackend
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from model_runtime.specs import ParallelConfig, RunnerSpec
-from protos.server import DEFAULT_GRACE_S, catch_termination
+from protos.server import DEFAULT_GRACE_S
 from protos.tls import PLAIN, TlsConfig
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.loop import EngineLoop
 from specserve.arguments import flag_of, speculative_config_from_flag
 from specserve.commands.disaggregated import start_processes
+from specserve.commands.http_server import HttpConfig, run_http
 from specserve.local_workers import build_local_workers
 
 logger = logging.getLogger(__name__)
@@ -74,6 +73,24 @@ class ServeConfig:
         metadata={
             "help": "the bearer token the Router API requires (or set SPECSERVE_ROUTER_TOKEN); "
             "with --disaggregated, the router is started requiring it"
+        },
+    )
+    block_size: int = flag_of(RunnerSpec, "block_size")
+    max_num_seqs: int = flag_of(RunnerSpec, "max_num_seqs")
+    max_num_batched_tokens: int | None = flag_of(RunnerSpec, "max_num_batched_tokens")
+    enable_prefix_caching: bool = field(
+        default=False,
+        metadata={"help": "not supported yet: every prompt is prefilled in full"},
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={"help": "accepted; no model code is run: specserve implements the architecture"},
+    )
+    generation_config: str = field(
+        default="vllm",
+        metadata={
+            "help": "vllm: sampling defaults are the API's own; the model's "
+            "generation_config.json is not read (auto is not supported yet)"
         },
     )
     dtype: str = flag_of(RunnerSpec, "dtype")
@@ -136,6 +153,16 @@ class ServeConfig:
             raise ValueError(
                 "--protect-metrics needs an API key: pass --api-key or set SPECSERVE_API_KEY"
             )
+        if self.enable_prefix_caching:
+            raise ValueError(
+                "--enable-prefix-caching is not supported yet: every prompt is prefilled "
+                "in full; leave the flag out (or pass --no-enable-prefix-caching)"
+            )
+        if self.generation_config != "vllm":
+            raise ValueError(
+                f"--generation-config {self.generation_config!r} is not supported yet: only "
+                "'vllm' (the API's own sampling defaults, as if the model had none)"
+            )
         self.engine_config(ParallelConfig())  # checks the engine's fields before any loads
 
     def resolved_api_key(self) -> str | None:
@@ -154,6 +181,9 @@ class ServeConfig:
             enforce_eager=self.enforce_eager,
             seed=self.seed,
             gpu_memory_utilization=self.gpu_memory_utilization,
+            block_size=self.block_size,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
             log_stats_interval_s=None if self.disable_log_stats else self.log_stats_interval_s,
         )
         return replace(config, parallel=parallel)
@@ -172,13 +202,23 @@ def deprecated_flags_message(speculative_model: str | None, num_tokens: int | No
     )
 
 
-def serve(config: ServeConfig, parallel: ParallelConfig, tls: TlsConfig = PLAIN) -> None:
+def serve(
+    config: ServeConfig,
+    parallel: ParallelConfig,
+    tls: TlsConfig = PLAIN,
+    http: HttpConfig | None = None,
+) -> None:
     """Serve the gateway until SIGTERM, over the backend ``config`` asks for
-    (``tls`` secures the gRPC between its processes)."""
+    (``tls`` secures the gRPC between its processes, ``http`` the HTTP side)."""
+    http = http or HttpConfig()
+    http.apply_log_level()
+    if config.trust_remote_code:
+        logger.info("--trust-remote-code: no model code runs; specserve implements the model")
     with ExitStack() as stack:
         backend, default_name = _backend(config, parallel, tls, stack)
         stack.callback(backend.close)
-        _run_http(config, _app(config, backend, config.served_model_name or default_name))
+        app = _app(config, backend, config.served_model_name or default_name, http)
+        run_http(app, http, config.host, config.port, config.grace_s)
 
 
 def _backend(
@@ -202,7 +242,9 @@ def _backend(
     return LocalBackend(EngineLoop(engine), config.max_pending_requests), engine_config.model
 
 
-def _app(config: ServeConfig, backend: Backend, served_model_name: str | None) -> Any:
+def _app(
+    config: ServeConfig, backend: Backend, served_model_name: str | None, http: HttpConfig
+) -> Any:
     # The HTTP stack is imported here, not above: the worker and router
     # commands share this CLI (and its parser imports this module) without it.
     from gateway.app import build_app
@@ -213,28 +255,7 @@ def _app(config: ServeConfig, backend: Backend, served_model_name: str | None) -
         config.resolved_api_key(),
         config.max_request_body_bytes,
         protect_metrics=config.protect_metrics,
+        cors=http.cors(),
+        chat_template=http.template(),
+        log_requests=not http.disable_log_requests,
     )
-
-
-def _run_http(config: ServeConfig, app: Any) -> None:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn's server, telling the gateway when it is told to stop."""
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            app.state.gateway.drain.start(config.grace_s)
-            super().handle_exit(sig, frame)
-
-    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((config.host, config.port))
-    sock.listen(128)
-    print(f"gateway ready on {config.host}:{sock.getsockname()[1]}", flush=True)
-    # Open connections get grace_s to finish on SIGTERM, not forever.
-    # uvicorn re-raises the signal that stopped it once it has drained; caught
-    # here, it ends the process normally (exit code 0) instead of killing it.
-    catch_termination()
-    grace = math.ceil(config.grace_s)
-    server = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=grace)
-    Server(server).run(sockets=[sock])
