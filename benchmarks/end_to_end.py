@@ -98,7 +98,7 @@ def bundled_pair(max_tokens: int) -> dict[str, Any]:
             tokens = sum(len(o.outputs[0].token_ids) for o in outs)
             result[f"{name}_batch{batch}_tokens_per_s"] = tokens / (time.perf_counter() - start)
         if extra:
-            result["metrics"] = llm.get_metrics()
+            result["metrics"] = llm.speculation_stats()
         del llm
         free()
     return result

@@ -49,7 +49,7 @@ def main() -> None:
         "greedy_equal": plain_ids == spec_ids,
         "target_only_tokens_per_s": plain_tps,
         "speculative_tokens_per_s": spec_tps,
-        "metrics": spec.get_metrics(),
+        "metrics": spec.speculation_stats(),
     }
     print(json.dumps(report, indent=1))
 

@@ -61,7 +61,7 @@ def ours(k: int | None, max_tokens: int) -> dict:
         "tokens_per_s": tokens / seconds,
     }
     if k:
-        m = llm.get_metrics()
+        m = llm.speculation_stats()
         row |= {
             "acceptance_rate": m["acceptance_rate"],
             "mean_acceptance_length": m["mean_acceptance_length"],

@@ -27,4 +27,4 @@ for output in outputs:
     prompt = output.prompt
     generated_text = output.outputs[0].text
     print(f"Prompt: {prompt!r}, Generated text: {generated_text!r}")
-print(llm.get_metrics())
+print(llm.speculation_stats())

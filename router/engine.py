@@ -7,9 +7,8 @@ prefilling it there; then it runs one round for every running sequence: each
 draft worker proposes k tokens for its share of the batch (k chosen per round
 when adaptive: ``router.rounds``), each target worker verifies its share in
 one forward (``router.drafting``, ``router.verifying``), and each sequence
-gains 1..k+1 tokens. Sequences that finish leave at once; a
-sequence that cannot grow is preempted (its KV freed on both workers) and
-recomputed from its tokens later.
+gains 1..k+1 tokens. Sequences that finish leave at once; one that cannot
+grow is preempted (its KV freed on both workers), recomputed later.
 
 Draft workers are interchangeable: a sequence whose draft worker is lost moves
 to another and is re-prefilled there from its tokens; with none reachable a
@@ -23,6 +22,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
@@ -34,7 +34,7 @@ from protos.messages import VerifyOutput, VerifyRequest
 from router.adaptive import KChooser
 from router.config import EngineConfig
 from router.drafting import Drafter
-from router.metrics import EngineStats, SpeculationMetrics, StatsLog
+from router.metrics import EngineStats, RequestCounts, SpeculationMetrics, StatsLog
 from router.params import SamplingParams
 from router.pool import WorkerPool
 from router.releases import PendingReleases
@@ -56,6 +56,7 @@ class LLMEngine:
         self.max_model_len = self.workers.max_model_len
         self.k = config.num_speculative_tokens
         self.metrics = SpeculationMetrics(self.k)
+        self.requests = RequestCounts()
         self.targets = WorkerPool(self.workers.targets, "target")
         self.drafts = WorkerPool(self.workers.drafts, "draft")
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
@@ -105,6 +106,7 @@ class LLMEngine:
             num_waiting=len(self.waiting),
             kv_cache_usage=self.targets.kv_cache_usage(),
             speculation=self.metrics.copy(),
+            requests=self.requests.copy(),
         )
 
     def add_request(
@@ -116,6 +118,7 @@ class LLMEngine:
             self._seq_ids, request_id, prompt_ids, params, self.tokenizer, self.max_model_len
         )
         self.waiting.extend(states)
+        self.requests.prompt_tokens += len(prompt_ids) * len(states)
         return states
 
     def check_prompt(self, request_id: str, prompt_ids: Sequence[int]) -> None:
@@ -126,6 +129,8 @@ class LLMEngine:
         for seq in [s for s in self.running if s.request_id == request_id]:
             self.running.remove(seq)
             seq.finish_reason = "abort"
+            seq.stamp()
+            self.requests.finish("abort")
             self._release(seq)
         self.releases.flush()
         kept = [s for s in self.waiting if s.request_id != request_id]
@@ -159,6 +164,8 @@ class LLMEngine:
             self._round(finished)
         self.releases.flush()
         self.stats_log.maybe_log(len(self.running), len(self.waiting))
+        for seq in finished:
+            self.requests.finish(seq.finish_reason)
         return finished
 
     @property
@@ -174,6 +181,8 @@ class LLMEngine:
     def _prefill(
         self, target: int, seqs: list[SequenceState], finished: list[SequenceState]
     ) -> None:
+        for seq in seqs:
+            seq.times.first_scheduled_time = seq.times.first_scheduled_time or time.time()
         outputs = self.verifier.prefill(target, seqs)
         if isinstance(outputs, WorkerUnavailableError):
             self.targets.lose(target, outputs)
@@ -255,7 +264,9 @@ class LLMEngine:
     ) -> None:
         before = len(seq.output_ids)
         seq.append(tokens, logprobs)
+        seq.stamp()
         self.stats_log.count(len(seq.output_ids) - before)
+        self.requests.generation_tokens += len(seq.output_ids) - before
         if seq.finished:
             self.running.remove(seq)
             self._release(seq)
@@ -277,6 +288,7 @@ class LLMEngine:
                 self.running.remove(seq)
                 self._release(seq)
             seq.finish_reason, seq.error = "abort", error
+            seq.stamp()
             finished.append(seq)
 
     def _release(self, seq: SequenceState) -> None:

@@ -82,6 +82,22 @@ class SpeculationMetrics:
         )
 
 
+@dataclass
+class RequestCounts:
+    """Prompt tokens taken, tokens generated, and requests finished by why."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=dict)  # finish reason -> sequences
+
+    def finish(self, reason: str | None) -> None:
+        key = reason or "abort"
+        self.finished[key] = self.finished.get(key, 0) + 1
+
+    def copy(self) -> RequestCounts:
+        return replace(self, finished=dict(self.finished))
+
+
 @dataclass(frozen=True)
 class EngineStats:
     """The engine's state at one moment, wherever the engine runs."""
@@ -91,6 +107,7 @@ class EngineStats:
     num_waiting: int
     kv_cache_usage: float  # share of the target workers' KV blocks in use
     speculation: SpeculationMetrics
+    requests: RequestCounts = field(default_factory=RequestCounts)
 
 
 class EngineCollector(Collector):

@@ -3,6 +3,7 @@ tokens, what each worker holds of them, its text, and when it stops."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,25 @@ class SpeculationCounts:
 
 
 @dataclass
+class RequestTimes:
+    """When a sequence arrived, was first scheduled, got its first and latest
+    tokens, and finished (wall-clock seconds, as vLLM's RequestMetrics)."""
+
+    arrival_time: float = field(default_factory=time.time)
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
+
+    @property
+    def time_in_queue(self) -> float | None:
+        """Seconds from arrival to the first prefill."""
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
+
+
+@dataclass
 class SequenceState:
     seq_id: int
     request_id: str
@@ -50,6 +70,7 @@ class SequenceState:
     counts: SpeculationCounts = field(default_factory=SpeculationCounts)
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per output token, if asked
     prompt_logprobs: list[TokenLogprob] | None = None  # once the prefill returned them
+    times: RequestTimes = field(default_factory=RequestTimes)
 
     @property
     def all_ids(self) -> list[int]:
@@ -72,6 +93,16 @@ class SequenceState:
     @property
     def text(self) -> str:
         return self.detokenizer.text
+
+    def stamp(self) -> None:
+        """Note the time of what just happened: tokens came, or it finished."""
+        now = time.time()
+        if self.output_ids:
+            if self.times.first_token_time is None:
+                self.times.first_token_time = now
+            self.times.last_token_time = now
+        if self.finished and self.times.finished_time is None:
+            self.times.finished_time = now
 
     def reset_workers(self) -> None:
         """Forget what the workers held (preempted or lost): recompute from tokens."""

@@ -8,8 +8,17 @@ engine's workers (``specserve.local_workers``).
 
 from model_runtime.resolve import resolve_model
 from router.params import SamplingParams
+from specserve.inputs import TextPrompt, TokensPrompt
 from specserve.llm import LLM
 from specserve.outputs import CompletionOutput, RequestOutput
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "resolve_model"]
+__all__ = [
+    "LLM",
+    "CompletionOutput",
+    "RequestOutput",
+    "SamplingParams",
+    "TextPrompt",
+    "TokensPrompt",
+    "resolve_model",
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from tqdm.auto import tqdm
 
@@ -12,13 +12,16 @@ from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
 from router.sequence import SequenceState
+from specserve.inputs import PromptType, TokensPrompt
 from specserve.local_workers import build_local_workers
+from specserve.logs import configure_logging
+from specserve.metrics_reader import Metric, metrics_of
 from specserve.outputs import RequestOutput
 
 logger = logging.getLogger(__name__)
 
-# A prompt: text, or {"prompt_token_ids": [...]} (optionally with "prompt").
-PromptType = str | dict[str, Any]
+# A conversation: messages of "role" and "content", as the chat API takes them.
+Conversation = list[dict[str, Any]]
 
 
 class LLM:
@@ -41,6 +44,7 @@ class LLM:
         speculative_config: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
+        configure_logging()
         unknown = sorted(set(kwargs) - EngineConfig.argument_names())
         if unknown:
             raise TypeError(f"LLM() got unknown arguments: {', '.join(unknown)}")
@@ -101,16 +105,52 @@ class LLM:
             for text, seqs in requests
         ]
 
-    def get_metrics(self) -> dict[str, object]:
-        """Speculation counters since this LLM was built."""
+    def chat(
+        self,
+        messages: Conversation | Sequence[Conversation],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Answer one conversation, or each of several: each is rendered by the
+        model's chat template (or ``chat_template``), its assistant turn
+        opened, and completed as ``generate`` completes a prompt."""
+        one = bool(messages) and isinstance(messages[0], dict)
+        conversations = cast(list[Conversation], [messages] if one else list(messages))
+        tokenizer = self.engine.tokenizer
+        prompts: list[PromptType] = []
+        for conversation in conversations:
+            text = tokenizer.apply_chat_template(
+                conversation,
+                chat_template=chat_template,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+            )
+            ids = list(tokenizer.encode(str(text), add_special_tokens=False))
+            prompts.append({"prompt_token_ids": ids, "prompt": str(text)})
+        return self.generate(prompts, sampling_params, use_tqdm)
+
+    def get_metrics(self) -> list[Metric]:
+        """The engine's counters and state now, as vLLM's ``get_metrics``
+        gives them (``vllm:spec_decode_*`` among them)."""
+        return metrics_of(self.engine.stats(), self.config.model)
+
+    def speculation_stats(self) -> dict[str, object]:
+        """Speculation counters since this LLM was built, with the acceptance
+        rate and length and the rounds run at each k."""
         return self.engine.metrics.as_dict()
 
     def _tokenize(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
             return prompt, list(self.engine.tokenizer.encode(prompt))
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            return prompt.get("prompt"), list(prompt["prompt_token_ids"])
+            tokens = cast(TokensPrompt, prompt)
+            return tokens.get("prompt"), list(tokens["prompt_token_ids"])
+        if isinstance(prompt, dict) and isinstance(prompt.get("prompt"), str):
+            text = prompt["prompt"]
+            return text, list(self.engine.tokenizer.encode(text))
         raise ValueError(
-            'a prompt must be a string or a dict with "prompt_token_ids", '
-            f"got {type(prompt).__name__}"
+            'a prompt must be a string, {"prompt": text} or {"prompt_token_ids": ids}, '
+            f"got {prompt!r:.80}"
         )

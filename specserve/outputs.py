@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_runtime.logprobs import TokenLogprob
-from router.sequence import SequenceState
+from router.sequence import RequestTimes, SequenceState
 
 
 @dataclass
@@ -56,6 +56,8 @@ class RequestOutput:
     finished: bool = True
     # When SamplingParams.prompt_logprobs was set: None for the first token.
     prompt_logprobs: list[PositionLogprobs | None] | None = None
+    # When it arrived, was first scheduled, got its first and last tokens, finished.
+    metrics: RequestTimes | None = None
 
     @classmethod
     def from_sequences(
@@ -89,4 +91,25 @@ class RequestOutput:
                 for s in seqs
             ],
             finished=all(s.finished for s in seqs),
+            metrics=_times(seqs),
         )
+
+
+def _times(seqs: list[SequenceState]) -> RequestTimes:
+    """A request's times from its completions': the first arrival and
+    scheduling and token, the last token and finish."""
+
+    def first(values: list[float | None]) -> float | None:
+        return min((v for v in values if v is not None), default=None)
+
+    def last(values: list[float | None]) -> float | None:
+        return max((v for v in values if v is not None), default=None)
+
+    times = [s.times for s in seqs]
+    return RequestTimes(
+        arrival_time=min(t.arrival_time for t in times),
+        first_scheduled_time=first([t.first_scheduled_time for t in times]),
+        first_token_time=first([t.first_token_time for t in times]),
+        last_token_time=last([t.last_token_time for t in times]),
+        finished_time=last([t.finished_time for t in times]),
+    )

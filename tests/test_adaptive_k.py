@@ -123,7 +123,7 @@ def make_llm(adaptive_k: bool) -> LLM:
 def test_pinned_k_drafts_the_configured_number_every_round() -> None:
     llm = make_llm(adaptive_k=False)
     llm.generate(["def f(x):"], SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)
-    metrics = llm.get_metrics()
+    metrics = llm.speculation_stats()
     rounds = metrics["rounds_per_k"]
     assert rounds[:3] == [0, 0, 0] and rounds[3] > 0
     assert metrics["chosen_k"] == 3
@@ -135,7 +135,7 @@ def test_adaptive_k_reports_the_k_of_every_round_and_keeps_greedy_output() -> No
     llm = make_llm(adaptive_k=True)
     adaptive = llm.generate(["def f(x):"], params, use_tqdm=False)
     assert adaptive[0].outputs[0].token_ids == pinned[0].outputs[0].token_ids
-    metrics = llm.get_metrics()
+    metrics = llm.speculation_stats()
     assert len(metrics["rounds_per_k"]) == 4 and sum(metrics["rounds_per_k"]) > 0
     assert 0 <= metrics["chosen_k"] <= 3
 
@@ -145,7 +145,7 @@ def test_a_seeded_sampling_request_keeps_the_configured_k() -> None:
     llm.engine.rounds.chooser.best = lambda batch: 0  # type: ignore[union-attr, method-assign]
     params = SamplingParams(temperature=0.8, seed=7, max_tokens=16)
     llm.generate(["def f(x):"], params, use_tqdm=False)
-    rounds = llm.get_metrics()["rounds_per_k"]
+    rounds = llm.speculation_stats()["rounds_per_k"]
     assert rounds[0] == 0 and rounds[3] > 0
 
 
@@ -168,7 +168,7 @@ def test_a_draft_that_is_never_accepted_is_mostly_not_run(tmp_path: Path) -> Non
     llm = LLM(str(target), dtype="float32", max_model_len=256, speculative_config=spec)
     params = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [5, 6, 7, 8]}], params, use_tqdm=False)
-    rounds = llm.get_metrics()["rounds_per_k"]
+    rounds = llm.speculation_stats()["rounds_per_k"]
     assert isinstance(rounds, list)
     assert rounds[0] > sum(rounds) / 2  # after the first rounds, only probes draft
 

@@ -73,7 +73,7 @@ def test_greedy_speculation_equals_target_only_greedy(k: int, reference: list[li
     llm = make_llm(k)
     assert greedy_ids(llm, PROMPTS) == reference  # batch of 8
     assert [greedy_ids(llm, [p])[0] for p in PROMPTS[:3]] == reference[:3]  # batch of 1
-    metrics = llm.get_metrics()
+    metrics = llm.speculation_stats()
     assert metrics["num_draft_tokens"] > 0 and metrics["acceptance_rate"] > 0.2
     assert_all_blocks_free(llm)
 
@@ -90,7 +90,7 @@ def test_text_is_the_decoded_tokens(target_only: LLM) -> None:
 def test_a_draft_identical_to_the_target_accepts_everything() -> None:
     llm = make_llm(4, draft="specserve/demo-target")
     greedy_ids(llm, PROMPTS[:4])
-    assert llm.get_metrics()["acceptance_rate"] > 0.99
+    assert llm.speculation_stats()["acceptance_rate"] > 0.99
 
 
 def test_a_seeded_request_gives_the_same_text_alone_and_in_a_batch() -> None:
@@ -193,7 +193,7 @@ def test_a_target_with_a_larger_padded_vocabulary_works(tmp_path: Path) -> None:
 def test_overlapped_micro_batches_give_the_same_greedy_output(reference: list[list[int]]) -> None:
     llm = make_llm(3, overlap=True)
     assert greedy_ids(llm, PROMPTS) == reference
-    assert llm.get_metrics()["acceptance_rate"] > 0.2
+    assert llm.speculation_stats()["acceptance_rate"] > 0.2
     assert_all_blocks_free(llm)
     llm.engine.drafter.close()
 

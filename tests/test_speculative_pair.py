@@ -82,7 +82,7 @@ def test_a_saved_pair_at_scale_zero_accepts_every_greedy_draft(pair: tuple, tmp_
     llm = LLM(str(target_dir), dtype="float32", max_model_len=128, speculative_config=spec)
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     llm.generate([{"prompt_token_ids": [5, 9, 33, 2]}], params, use_tqdm=False)
-    metrics = llm.get_metrics()
+    metrics = llm.speculation_stats()
     assert metrics["num_draft_tokens"] > 0
     assert metrics["acceptance_rate"] == 1.0
 

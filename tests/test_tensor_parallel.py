@@ -83,7 +83,7 @@ def test_greedy_speculation_with_a_tp2_target_equals_tp1(
     params = SamplingParams(temperature=0, max_tokens=24)
     split = tp2.generate(PROMPTS, params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in split] == tp1_output
-    assert tp2.get_metrics()["num_accepted_tokens"] > 0  # the split target verified drafts
+    assert tp2.speculation_stats()["num_accepted_tokens"] > 0  # the split target verified drafts
 
 
 def test_a_draft_split_over_two_ranks_drafts_as_one(tp1_output: list[list[int]]) -> None:
@@ -105,7 +105,7 @@ def test_a_draft_split_over_two_ranks_drafts_as_one(tp1_output: list[list[int]])
             "specserve/demo-target", speculative_config=same, dtype="float32", max_model_len=512
         )
         whole.generate(PROMPTS, params, use_tqdm=False)
-        assert llm.get_metrics() == whole.get_metrics()  # the same drafts were accepted
+        assert llm.speculation_stats() == whole.speculation_stats()  # the same drafts were accepted
     finally:
         for worker in (llm.engine.workers.target, *llm.engine.workers.drafts):
             worker.close()  # type: ignore[attr-defined]

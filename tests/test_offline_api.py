@@ -1,0 +1,97 @@
+"""The offline API as a vLLM user's scripts call it: LLM.chat, the prompt
+forms of vllm.inputs, RequestOutput.metrics, get_metrics() with vLLM's metric
+names, and the speculation summary shown when generate finishes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specserve import LLM, SamplingParams, TextPrompt, TokensPrompt
+from specserve.metrics_reader import Counter, Vector
+
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 3, "adaptive_k": False}
+
+
+@pytest.fixture(scope="module")
+def llm() -> LLM:
+    return LLM("specserve/demo-target", dtype="float32", speculative_config=SPEC)
+
+
+def texts(outputs: list) -> list[str]:  # type: ignore[type-arg]
+    return [o.outputs[0].text for o in outputs]
+
+
+def test_chat_answers_the_conversation_the_chat_template_renders(llm: LLM) -> None:
+    conversation = [{"role": "user", "content": "Write a loop."}]
+    rendered = llm.get_tokenizer().apply_chat_template(
+        conversation, add_generation_prompt=True, tokenize=False
+    )
+    ids = llm.get_tokenizer().encode(rendered, add_special_tokens=False)
+    (chat,) = llm.chat(conversation, GREEDY, use_tqdm=False)
+    (plain,) = llm.generate([TokensPrompt(prompt_token_ids=ids)], GREEDY, use_tqdm=False)
+    assert chat.outputs[0].token_ids == plain.outputs[0].token_ids
+    assert chat.prompt == rendered
+    two = llm.chat([conversation, [{"role": "user", "content": "hi"}]], GREEDY, use_tqdm=False)
+    assert len(two) == 2 and two[0].outputs[0].token_ids == chat.outputs[0].token_ids
+
+
+def test_every_prompt_form_gives_the_same_completion(llm: LLM) -> None:
+    text = "def fibonacci(n):"
+    ids = llm.get_tokenizer().encode(text)
+    forms = [text, TextPrompt(prompt=text), TokensPrompt(prompt_token_ids=ids, prompt=text)]
+    outputs = llm.generate(forms, GREEDY, use_tqdm=False)
+    assert len(set(texts(outputs))) == 1
+    assert [o.prompt for o in outputs] == [text] * 3
+    with pytest.raises(ValueError, match="prompt_token_ids"):
+        llm.generate([{"text": text}], GREEDY, use_tqdm=False)  # type: ignore[list-item]
+
+
+def test_a_request_output_says_when_it_arrived_started_and_finished(llm: LLM) -> None:
+    (out,) = llm.generate(["import os"], GREEDY, use_tqdm=False)
+    m = out.metrics
+    assert m is not None and m.first_scheduled_time is not None
+    times = [m.arrival_time, m.first_scheduled_time, m.first_token_time, m.last_token_time]
+    assert times == sorted(times) and m.finished_time == m.last_token_time
+    assert m.time_in_queue is not None and m.time_in_queue >= 0
+
+
+def test_get_metrics_reads_as_vllms_with_its_names(llm: LLM) -> None:
+    before = {(m.name, tuple(m.labels.items())): m for m in llm.get_metrics()}
+    outputs = llm.generate(["def f(x):", "class A:"], GREEDY, use_tqdm=False)
+    after = {m.name: m for m in llm.get_metrics() if m.name != "vllm:request_success"}
+
+    def grew(name: str) -> int:
+        old = before[(name, (("model_name", "specserve/demo-target"),))]
+        assert isinstance(old, Counter)
+        new = after[name]
+        assert isinstance(new, Counter) and new.labels == {"model_name": "specserve/demo-target"}
+        return new.value - old.value
+
+    assert grew("vllm:generation_tokens") == sum(len(o.outputs[0].token_ids) for o in outputs)
+    assert grew("vllm:prompt_tokens") == sum(len(o.prompt_token_ids) for o in outputs)
+    drafted, accepted = (
+        grew("vllm:spec_decode_num_draft_tokens"),
+        grew("vllm:spec_decode_num_accepted_tokens"),
+    )
+    assert drafted > 0 and 0 <= accepted <= drafted
+    per_position = after["vllm:spec_decode_num_accepted_tokens_per_pos"]
+    assert isinstance(per_position, Vector) and len(per_position.values) == 3
+    success = [m for m in llm.get_metrics() if m.name == "vllm:request_success"]
+    assert {m.labels["finished_reason"] for m in success} >= {"length"}
+
+
+def test_generate_shows_the_speculation_summary_without_any_logging_setup() -> None:
+    script = (
+        "from specserve import LLM, SamplingParams;"
+        "llm = LLM('specserve/demo-target', dtype='float32', speculative_config="
+        "{'model': 'specserve/demo-draft', 'num_speculative_tokens': 3});"
+        "llm.generate(['def f(x):'], SamplingParams(max_tokens=8), use_tqdm=False)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "speculation: acceptance rate" in done.stderr
