@@ -67,7 +67,7 @@ class Gateway:
         self.served_model_name = served_model_name
         self.chat_template = chat_template
         self.log_requests = log_requests
-        self.metrics = GatewayMetrics(backend.stats)
+        self.metrics = GatewayMetrics(backend.stats, self._model_if_ready)
         self.drain = Drain()  # started when the server is told to stop
         self._prompts: Prompts | None = None
 
@@ -75,6 +75,9 @@ class Gateway:
     def model(self) -> str:
         """The model id the API reports: the one given, else the backend's."""
         return self.served_model_name or self.backend.model
+
+    def _model_if_ready(self) -> str | None:
+        return None if self.backend.unready() is not None else self.model
 
     @property
     def prompts(self) -> Prompts:

@@ -46,7 +46,7 @@ def add_guard_and_counting(
 
         def count() -> None:
             metrics.requests.labels(endpoint, str(response.status_code)).inc()
-            metrics.latency.observe(time.monotonic() - start)
+            metrics.observe("latency", time.monotonic() - start)
 
         body = getattr(response, "body_iterator", None)  # what call_next hands back has one
         if body is None:  # refused here: its body is whole already

@@ -8,13 +8,17 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from router.metrics import EngineCollector, EngineStats
 
+ITL_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
 
 class GatewayMetrics:
     """Request counts and latencies of the HTTP gateway, in its own registry."""
 
-    def __init__(self, stats: Callable[[], EngineStats]):
+    def __init__(self, stats: Callable[[], EngineStats], model: Callable[[], str | None]):
+        """``model``: the served model's name (None while the backend cannot say)."""
         self.registry = CollectorRegistry()
-        self.registry.register(EngineCollector(stats))
+        self.registry.register(EngineCollector(stats, model))
+        self.model = model
         self.requests = Counter(
             "specserve_request",
             "finished HTTP requests",
@@ -31,8 +35,29 @@ class GatewayMetrics:
             "specserve_inter_token_latency_seconds",
             "time between tokens after the first",
             registry=self.registry,
-            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+            buckets=ITL_BUCKETS,
         )
+        # The same three under vLLM's names, labelled by the served model.
+        self.vllm = {
+            name: Histogram(
+                f"vllm:{name}", text, ["model_name"], registry=self.registry, buckets=buckets
+            )
+            for name, text, buckets in (
+                ("time_to_first_token_seconds", "time to first token", Histogram.DEFAULT_BUCKETS),
+                ("e2e_request_latency_seconds", "request latency", Histogram.DEFAULT_BUCKETS),
+                ("inter_token_latency_seconds", "time between tokens", ITL_BUCKETS),
+            )
+        }
+
+    def observe(self, name: str, seconds: float) -> None:
+        """One observation of the histogram ``name`` (``ttft``, ``latency``,
+        ``itl``), under both names."""
+        getattr(self, name).observe(seconds)
+        vllm = {"ttft": "time_to_first_token_seconds", "latency": "e2e_request_latency_seconds"}
+        model = self.model()
+        if model is not None:
+            key = vllm.get(name, "inter_token_latency_seconds")
+            self.vllm[key].labels(model).observe(seconds)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

@@ -181,9 +181,9 @@ class Responder:
             return
         now = time.monotonic()
         if choice.last_token_at is None:
-            self.metrics.ttft.observe(now - choice.submitted_at)
+            self.metrics.observe("ttft", now - choice.submitted_at)
         else:
-            self.metrics.itl.observe((now - choice.last_token_at) / len(delta.token_ids))
+            self.metrics.observe("itl", (now - choice.last_token_at) / len(delta.token_ids))
         choice.last_token_at = now
 
     def _usage(self, completion_tokens: int) -> dict[str, int]:

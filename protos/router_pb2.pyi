@@ -24,7 +24,14 @@ class DescribeRouterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RouterInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_model_len", "draft_model", "num_speculative_tokens", "speculating", "num_running", "num_waiting", "kv_cache_usage", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "rounds_per_k", "chosen_k")
+    __slots__ = ("model", "vocab_size", "max_model_len", "draft_model", "num_speculative_tokens", "speculating", "num_running", "num_waiting", "kv_cache_usage", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "rounds_per_k", "chosen_k", "prompt_tokens", "generation_tokens", "finished")
+    class FinishedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +47,9 @@ class RouterInfo(_message.Message):
     ACCEPTED_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_PER_K_FIELD_NUMBER: _ClassVar[int]
     CHOSEN_K_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_model_len: int
@@ -55,7 +65,10 @@ class RouterInfo(_message.Message):
     accepted_per_position: _containers.RepeatedScalarFieldContainer[int]
     rounds_per_k: _containers.RepeatedScalarFieldContainer[int]
     chosen_k: int
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draft_model: _Optional[str] = ..., num_speculative_tokens: _Optional[int] = ..., speculating: _Optional[bool] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., num_drafts: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., num_accepted_tokens: _Optional[int] = ..., accepted_per_position: _Optional[_Iterable[int]] = ..., rounds_per_k: _Optional[_Iterable[int]] = ..., chosen_k: _Optional[int] = ...) -> None: ...
+    prompt_tokens: int
+    generation_tokens: int
+    finished: _containers.ScalarMap[str, int]
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., draft_model: _Optional[str] = ..., num_speculative_tokens: _Optional[int] = ..., speculating: _Optional[bool] = ..., num_running: _Optional[int] = ..., num_waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., num_drafts: _Optional[int] = ..., num_draft_tokens: _Optional[int] = ..., num_accepted_tokens: _Optional[int] = ..., accepted_per_position: _Optional[_Iterable[int]] = ..., rounds_per_k: _Optional[_Iterable[int]] = ..., chosen_k: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., generation_tokens: _Optional[int] = ..., finished: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)

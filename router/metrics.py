@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from router.vllm_metrics import vllm_families
+
 
 @dataclass
 class SpeculationMetrics:
@@ -115,11 +117,19 @@ class EngineCollector(Collector):
     running and waiting sequences, KV cache usage, and the speculation counters
     (vLLM's names where vLLM has one)."""
 
-    def __init__(self, stats: Callable[[], EngineStats]):
+    def __init__(
+        self, stats: Callable[[], EngineStats], model_name: Callable[[], str | None] | None = None
+    ):
+        """``model_name`` (None while unknown) labels the same state under
+        vLLM's names (``router.vllm_metrics``)."""
         self.stats = stats
+        self.model_name = model_name
 
     def collect(self) -> Iterator[Metric]:
         e = self.stats()
+        model = self.model_name() if self.model_name is not None else None
+        if model is not None:
+            yield from vllm_families(e, model)
         m = e.speculation
         yield GaugeMetricFamily(
             "specserve_speculation_active",

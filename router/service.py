@@ -127,7 +127,7 @@ class RouterService(router_pb2_grpc.RouterServicer):
 
 def start_metrics_server(engine: LLMEngine, host: str, port: int) -> None:
     registry = CollectorRegistry()
-    registry.register(EngineCollector(engine.stats))
+    registry.register(EngineCollector(engine.stats, lambda: engine.config.model))
     start_http_server(port, addr=host, registry=registry)
 
 

@@ -10,7 +10,7 @@ from protos import router_pb2 as rpb
 from protos.fields import logprob_from_proto, logprob_to_proto, sampling_from_proto
 from protos.fields import sampling_to_proto as options_to_proto
 from router.loop import Delta
-from router.metrics import EngineStats, SpeculationMetrics
+from router.metrics import EngineStats, RequestCounts, SpeculationMetrics
 from router.params import SamplingParams
 
 FINISH_REASONS = {
@@ -125,6 +125,9 @@ def router_info(
         accepted_per_position=m.accepted_per_position,
         rounds_per_k=m.rounds_per_k,
         chosen_k=m.chosen_k,
+        prompt_tokens=stats.requests.prompt_tokens,
+        generation_tokens=stats.requests.generation_tokens,
+        finished=stats.requests.finished,
     )
 
 
@@ -143,4 +146,5 @@ def stats_from_info(m: rpb.RouterInfo) -> EngineStats:
             rounds_per_k=list(m.rounds_per_k),
             chosen_k=m.chosen_k,
         ),
+        requests=RequestCounts(m.prompt_tokens, m.generation_tokens, dict(m.finished)),
     )

@@ -96,6 +96,10 @@ def test_metrics_come_from_the_router(disaggregated: tuple[str, str, int]) -> No
     assert after[name] > before.get(name, 0.0)
     assert after[name] == describe(router).num_draft_tokens
     assert after["specserve_speculation_active"] == 1.0
+    # vLLM's names, carried from the router: 16 more tokens generated, one more success
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == 16
+    assert after["vllm:request_success_total"] - before["vllm:request_success_total"] == 1
+    assert after["vllm:spec_decode_num_draft_tokens_total"] == after[name]
 
 
 def test_a_client_that_goes_away_stops_its_request_and_frees_its_kv(

@@ -50,3 +50,24 @@ def test_unknown_paths_share_one_series(server: str) -> None:
     assert "unmatched" in endpoints
     assert not any("no-such-route" in e for e in endpoints)
     assert "/v1/completions" in endpoints  # routes keep their own series
+
+
+def test_a_vllm_dashboards_series_are_there_labelled_by_model(server: str) -> None:
+    OpenAI(api_key="EMPTY", base_url=f"{server}/v1").completions.create(
+        model="specserve/demo-target", prompt="def f(x):", max_tokens=4, stream=True
+    )
+    found = samples(server)
+    model = ("model_name", "specserve/demo-target")
+
+    def value(name: str, *labels: tuple[str, str]) -> float:
+        return found[(name, tuple(sorted((model, *labels))))]
+
+    assert value("vllm:generation_tokens_total") >= 4
+    assert value("vllm:prompt_tokens_total") > 0
+    assert value("vllm:request_success_total", ("finished_reason", "length")) >= 1
+    assert value("vllm:spec_decode_num_draft_tokens_total") > 0
+    assert value("vllm:spec_decode_num_accepted_tokens_per_pos_total", ("position", "0")) >= 0
+    assert 0 <= value("vllm:kv_cache_usage_perc") <= 1
+    assert value("vllm:num_requests_running") >= 0
+    for histogram in ("time_to_first_token", "e2e_request_latency", "inter_token_latency"):
+        assert value(f"vllm:{histogram}_seconds_count") >= 1

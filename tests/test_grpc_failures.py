@@ -111,6 +111,7 @@ def test_losing_the_draft_worker_breaks_no_stream_and_its_return_restores_specul
                 text = metrics(metrics_port)
                 assert "specserve_speculation_active 1.0" in text
                 assert "specserve_spec_decode_num_accepted_tokens_total" in text
+                assert 'vllm:spec_decode_num_accepted_tokens_total{model_name="' in text
 
 
 def test_losing_the_target_worker_fails_streams_with_unavailable_promptly() -> None:
