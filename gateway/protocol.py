@@ -11,22 +11,16 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from router.params import SamplingParams
+from router.params import NOT_YET as SAMPLING_NOT_YET
+from router.params import SamplingParams, refuse_unsupported
 
 # Fields of the OpenAI API and vLLM's extensions that this server does not
 # act on yet, each with the value that asks for nothing: sent with that value
 # they are accepted, with any other refused, never ignored.
-NOT_YET = {
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "logit_bias": None,
-    "min_tokens": 0,
+NOT_YET: dict[str, object] = {
+    **SAMPLING_NOT_YET,
     "best_of": 1,
     "suffix": None,
-    "bad_words": None,
-    "include_stop_str_in_output": False,
-    "truncate_prompt_tokens": None,
     "response_format": None,
     "structured_outputs": None,
     "guided_json": None,
@@ -85,12 +79,7 @@ class SamplingFields(BaseModel):
     def _nothing_ignored(self) -> SamplingFields:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options can only be set when stream is true")
-        for name, nothing in NOT_YET.items():
-            value = getattr(self, name, nothing)
-            if value is not None and value != nothing and value != {} and value != []:
-                raise ValueError(
-                    f"{name}={value!r} is not supported by this server yet; leave it out"
-                )
+        refuse_unsupported({n: getattr(self, n) for n in NOT_YET if hasattr(self, n)}, NOT_YET)
         return self
 
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:

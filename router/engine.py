@@ -71,7 +71,7 @@ class LLMEngine:
         # Sequence ids start at a random point, so that several routers can share
         # workers without their ids meeting.
         self._seq_ids = itertools.count(secrets.randbits(56))
-        self.stats_log = StatsLog(config.log_stats_interval_s, self.metrics, logger)
+        self.stats_log = StatsLog(config.log_stats_interval_s, logger)
         self.releases = PendingReleases()
 
     @property
@@ -163,7 +163,7 @@ class LLMEngine:
         if self.running:
             self._round(finished)
         self.releases.flush()
-        self.stats_log.maybe_log(len(self.running), len(self.waiting))
+        self.stats_log.maybe_log(self.stats)
         for seq in finished:
             self.requests.finish(seq.finish_reason)
         return finished
@@ -265,7 +265,6 @@ class LLMEngine:
         before = len(seq.output_ids)
         seq.append(tokens, logprobs)
         seq.stamp()
-        self.stats_log.count(len(seq.output_ids) - before)
         self.requests.generation_tokens += len(seq.output_ids) - before
         if seq.finished:
             self.running.remove(seq)

@@ -179,31 +179,53 @@ def _per_index(name: str, text: str, label: str, counts: list[int]) -> CounterMe
 
 
 class StatsLog:
-    """Logs throughput and the speculation counters to ``log`` every
-    ``interval_s`` seconds (never when it is None)."""
+    """Logs every ``interval_s`` seconds (never when it is None), as vLLM's
+    periodic lines do, what happened over the interval: prompt and generation
+    throughput, running and waiting requests, KV cache usage; with
+    speculation, the acceptance rate, mean acceptance length and each draft
+    position's acceptance rate over the interval (not since the start)."""
 
-    def __init__(self, interval_s: float | None, metrics: SpeculationMetrics, log: logging.Logger):
+    def __init__(self, interval_s: float | None, log: logging.Logger):
         self.interval_s = interval_s
-        self.metrics = metrics
         self.log = log
-        self._last = time.monotonic()
-        self._tokens = 0
+        self._last_time = time.monotonic()
+        self._last: EngineStats | None = None
 
-    def count(self, num_tokens: int) -> None:
-        """``num_tokens`` more tokens were generated."""
-        self._tokens += num_tokens
-
-    def maybe_log(self, num_running: int, num_waiting: int) -> None:
+    def maybe_log(self, stats: Callable[[], EngineStats]) -> None:
         now = time.monotonic()
-        if self.interval_s is None or now - self._last < self.interval_s:
+        if self.interval_s is None or now - self._last_time < self.interval_s:
             return
-        rate = self._tokens / max(now - self._last, 1e-9)
-        speculation = self.metrics.num_speculative_tokens
+        e, seconds = stats(), max(now - self._last_time, 1e-9)
+        last = self._last or EngineStats(False, 0, 0, 0.0, SpeculationMetrics(0))
+        r, before = e.requests, last.requests
         self.log.info(
-            "running %d, waiting %d, generation %.1f tokens/s%s",
-            num_running,
-            num_waiting,
-            rate,
-            f"; {self.metrics.summary()}" if speculation else "",
+            "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+            "Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%",
+            (r.prompt_tokens - before.prompt_tokens) / seconds,
+            (r.generation_tokens - before.generation_tokens) / seconds,
+            e.num_running,
+            e.num_waiting,
+            100 * e.kv_cache_usage,
         )
-        self._last, self._tokens = now, 0
+        if e.speculation.num_speculative_tokens:
+            self.log.info("%s", _interval_speculation(e.speculation, last.speculation))
+        self._last_time, self._last = now, e
+
+
+def _interval_speculation(now: SpeculationMetrics, before: SpeculationMetrics) -> str:
+    """The speculation line of one interval: what ``now`` adds to ``before``."""
+    drafts = now.num_drafts - before.num_drafts
+    drafted = now.num_draft_tokens - before.num_draft_tokens
+    accepted = now.num_accepted_tokens - before.num_accepted_tokens
+    old = before.accepted_per_position or [0] * len(now.accepted_per_position)
+    per_position = [
+        f"{(a - b) / drafts:.3f}" if drafts else "-"
+        for a, b in zip(now.accepted_per_position, old, strict=True)
+    ]
+    rate = f"{accepted / drafted:.1%}" if drafted else "-"
+    length = f"{1 + accepted / drafts:.2f}" if drafts else "-"
+    return (
+        f"Speculation: acceptance rate {rate}, mean acceptance length {length}, "
+        f"accepted {accepted} of {drafted} draft tokens, per-position acceptance rate "
+        f"{', '.join(per_position)}, chosen k {now.chosen_k}"
+    )

@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from model_runtime.sampling import SamplingOptions
+
+# vLLM's sampling fields this engine does not act on yet, each with the value
+# that asks for nothing: accepted at that value, refused at any other.
+NOT_YET: dict[str, object] = {
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "logit_bias": None,
+    "min_tokens": 0,
+    "bad_words": None,
+    "include_stop_str_in_output": False,
+    "truncate_prompt_tokens": None,
+    "detokenize": True,
+}
+
+
+def refuse_unsupported(
+    values: Mapping[str, object], nothing: Mapping[str, object] = NOT_YET
+) -> None:
+    """ValueError naming the first field of ``values`` that asks for more than
+    ``nothing`` says it may (an empty list or dict asks for nothing too)."""
+    for name, value in values.items():
+        if name in nothing and value != nothing[name] and value not in ({}, []):
+            raise ValueError(f"{name}={value!r} is not supported yet; leave it out")
 
 
 @dataclass
@@ -31,6 +56,16 @@ class SamplingParams:
     skip_special_tokens: bool = True
     logprobs: int | None = None  # per generated token: its logprob and this many alternatives
     prompt_logprobs: int | None = None  # the same for every prompt token after the first
+    # Accepted only at the value that asks for nothing (NOT_YET), for now.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] | None = None
+    min_tokens: int = 0
+    bad_words: list[str] | None = None
+    include_stop_str_in_output: bool = False
+    truncate_prompt_tokens: int | None = None
+    detokenize: bool = True
     stop_strings: list[str] = field(init=False, repr=False)
 
     MAX_N = 128
@@ -56,6 +91,7 @@ class SamplingParams:
         if len(self.stop_token_ids or []) > self.MAX_STOP_STRINGS:
             raise ValueError(f"at most {self.MAX_STOP_STRINGS} stop_token_ids")
         self.options(0)  # validates the sampling fields, seed and logprobs
+        refuse_unsupported({name: getattr(self, name) for name in NOT_YET})
 
     @property
     def greedy(self) -> bool:

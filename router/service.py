@@ -3,6 +3,7 @@ draft and target workers through the engine loop."""
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ from router.wire import delta_to_response, params_from_request, router_info
 from router.workers import SameTokenizer, build_remote_workers
 
 SERVICE_NAME = "specserve.v1.Router"
+
+logger = logging.getLogger(__name__)
 
 
 # Health name whose status says whether the router is speculating (SERVING) or
@@ -163,6 +166,12 @@ def serve(config: RouterConfig, tls: TlsConfig = PLAIN) -> None:
     )
     health.append(running)
     report(loop.health)
+    logger.info(
+        "routing %s: %d target worker(s), %d draft worker(s), up to %d drafts a round; "
+        "gRPC at %s:%d",
+        engine.config.model, len(engine.workers.targets), len(engine.workers.drafts),
+        engine.k, config.host, running.port,
+    )  # fmt: skip
     serve_until_signalled(running, config.grace_s, f"router ready on {config.host}:{{port}}")
     if discovery is not None:
         discovery.stop()

@@ -95,3 +95,13 @@ def test_generate_shows_the_speculation_summary_without_any_logging_setup() -> N
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert "speculation: acceptance rate" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "field", [{"presence_penalty": 0.5}, {"logit_bias": {5: 2.0}}, {"min_tokens": 3}]
+)
+def test_sampling_fields_not_built_yet_are_refused_by_name(field: dict) -> None:  # type: ignore[type-arg]
+    (name,) = field
+    with pytest.raises(ValueError, match=f"{name}=.* is not supported yet"):
+        SamplingParams(**field)
+    SamplingParams(presence_penalty=0.0, logit_bias={}, min_tokens=0)  # asking for nothing

@@ -93,6 +93,13 @@ def test_the_chat_template_flag_replaces_the_models(https_server) -> None:  # ty
     assert post(f"{base}/detokenize", context, {"tokens": ids})["prompt"] == "<<hi>>"
 
 
+def test_the_first_log_line_says_what_is_served_and_where(https_server) -> None:  # type: ignore[no-untyped-def]
+    base, _, process = https_server
+    (banner,) = [line for line in process.output_tail if "OpenAI API at" in line]
+    assert "serving specserve/demo-target (no speculation), in this process" in banner
+    assert "target KV cache:" in banner and f"{base}/v1" in banner
+
+
 def test_requests_are_logged_with_the_access_log(https_server) -> None:  # type: ignore[no-untyped-def]
     base, context, process = https_server
     post(f"{base}/v1/completions", context, {"prompt": "x", "max_tokens": 1})

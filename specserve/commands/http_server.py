@@ -14,6 +14,8 @@ from typing import Any
 
 from protos.server import catch_termination
 
+logger = logging.getLogger(__name__)
+
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
@@ -93,9 +95,12 @@ class HttpConfig:
         logging.getLogger().setLevel(self.log_level.upper())
 
 
-def run_http(app: Any, http: HttpConfig, host: str, port: int, grace_s: float) -> None:
+def run_http(
+    app: Any, http: HttpConfig, host: str, port: int, grace_s: float, banner: str = ""
+) -> None:
     """Serve ``app`` on host:port until SIGTERM; open connections get
-    ``grace_s`` to finish (the gateway cuts streams just before)."""
+    ``grace_s`` to finish (the gateway cuts streams just before). ``banner``
+    (what is served) is logged with the address."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -110,7 +115,9 @@ def run_http(app: Any, http: HttpConfig, host: str, port: int, grace_s: float) -
     sock.bind((host, port))
     sock.listen(128)
     scheme = "https" if http.ssl_certfile else "http"
-    print(f"gateway ready on {host}:{sock.getsockname()[1]} ({scheme})", flush=True)
+    address = f"{host}:{sock.getsockname()[1]}"
+    logger.info("%s; OpenAI API at %s://%s/v1", banner or "serving", scheme, address)
+    print(f"gateway ready on {address} ({scheme})", flush=True)
     # uvicorn re-raises the signal that stopped it once it has drained; caught
     # here, it ends the process normally (exit code 0) instead of killing it.
     catch_termination()

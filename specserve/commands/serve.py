@@ -218,7 +218,8 @@ def serve(
         backend, default_name = _backend(config, parallel, tls, stack)
         stack.callback(backend.close)
         app = _app(config, backend, config.served_model_name or default_name, http)
-        run_http(app, http, config.host, config.port, config.grace_s)
+        banner = _banner(config, parallel, backend)
+        run_http(app, http, config.host, config.port, config.grace_s, banner)
 
 
 def _backend(
@@ -240,6 +241,26 @@ def _backend(
         return remote, engine_config.model
     engine = LLMEngine(engine_config, build_local_workers(engine_config))
     return LocalBackend(EngineLoop(engine), config.max_pending_requests), engine_config.model
+
+
+def _banner(config: ServeConfig, parallel: ParallelConfig, backend: Backend) -> str:
+    """What the server serves, as its first log line says it."""
+    if config.router is not None:
+        return f"serving the Router at {config.router}"
+    engine = config.engine_config(parallel)
+    spec = engine.speculative
+    drafting = (
+        f"draft {spec.model}, up to {spec.num_speculative_tokens} drafts a round "
+        f"({'adaptive' if spec.adaptive_k else 'fixed'} k)"
+        if spec is not None
+        else "no speculation"
+    )
+    where = "three processes over gRPC" if config.disaggregated else "in this process"
+    text = f"serving {engine.model} ({drafting}), {where}"
+    if isinstance(backend, LocalBackend):
+        info = backend.loop.engine.workers.target.describe()
+        text += f"; target KV cache: {info.num_blocks} blocks of {info.block_size} tokens"
+    return text
 
 
 def _app(
