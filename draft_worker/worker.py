@@ -17,14 +17,20 @@ k-th was never fed back).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner
-from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
+from model_runtime.sampling import (
+    RowRandomness,
+    SamplingOptions,
+    SamplingTensors,
+    adjusted_logits,
+    processed_probs,
+)
 from model_runtime.status import OK
 from protos.messages import DeviceTokens, DraftedBatch, Proposal, ProposeRequest
 from worker_base.local_worker import LocalWorker
@@ -82,8 +88,12 @@ class DraftWorker(LocalWorker):
         chunks = [SequenceChunk(r.tokens.seq_id, r.tokens.token_ids) for r in batch]
         tokens, ids, probs = [], [], []
         drafted: torch.Tensor | None = None  # [B] the last step's tokens, on the device
+        options = [r.sampling for r in batch]
+        adjusts = any(o.adjusts_logits for o in options)
         for step in range(k):
             logits = self.runner.forward(chunks, drafted)  # [B, V]
+            if adjusts:  # the target's bias and suppression, at this step's position
+                logits = adjusted_logits(logits, _at_step(options, step), [1] * len(batch))
             if all_greedy:  # q is one-hot on the argmax: no softmax, no top-N
                 drafted = self.tp.broadcast(logits.argmax(-1))  # [B]
             else:
@@ -128,3 +138,9 @@ class DraftWorker(LocalWorker):
         greedy_ids = ids.clone()
         greedy_ids[:, 0] = logits.argmax(-1)
         return torch.where(greedy, greedy_ids, ids), torch.where(greedy, one_hot, top)
+
+
+def _at_step(options: list[SamplingOptions], step: int) -> list[SamplingOptions]:
+    """The options of a draft's ``step``-th token: what is suppressed for the
+    first min_tokens_left positions is suppressed for fewer as steps go."""
+    return [replace(o, min_tokens_left=max(0, o.min_tokens_left - step)) for o in options]

@@ -81,6 +81,7 @@ def start_choices(
             params = _params(
                 body, 1 if prompt_only else max_tokens, len(ids), backend.max_model_len
             )
+            params.check_token_ids(backend.vocab_size)
             for i in range(body.n):
                 completion = backend.submit(ids, choice_params(params, i))
                 if prompt_only:

@@ -98,7 +98,18 @@ class SamplingFields(BaseModel):
             stop=self.stop,
             stop_token_ids=self.stop_token_ids,
             ignore_eos=self.ignore_eos,
+            logit_bias=self.token_biases(),
+            min_tokens=self.min_tokens,
         )
+
+    def token_biases(self) -> dict[int, float] | None:
+        """logit_bias with its keys (token ids, as JSON strings) as integers."""
+        if not self.logit_bias:
+            return None
+        try:
+            return {int(token): bias for token, bias in self.logit_bias.items()}
+        except ValueError as e:
+            raise ValueError(f"logit_bias keys must be token ids, got {e}") from e
 
     @property
     def include_usage(self) -> bool:

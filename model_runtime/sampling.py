@@ -3,7 +3,8 @@ distribution they define, and reproducible randomness.
 
 Draft and target apply exactly the same processing to their logits, so the
 draft proposes from q and the target verifies against p under one definition:
-temperature first, then top-k, then top-p on what top-k kept, then min-p (the
+the request's logit bias and min-tokens masking first (``adjusted_logits``),
+then temperature, then top-k, then top-p on what top-k kept, then min-p (the
 order transformers' logits warpers apply them in).
 
 Randomness for a request with a seed comes from a generator seeded by (seed,
@@ -14,6 +15,7 @@ the batch nor on which worker computes them.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +29,8 @@ GREEDY_EPSILON = 1e-5
 FLOAT32_MAX = 3.4028234663852886e38
 # Most alternatives a request may ask log-probabilities for (vLLM's default cap).
 MAX_LOGPROBS = 20
+# The largest logit bias, as OpenAI's API bounds it.
+MAX_BIAS = 100.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,13 @@ class SamplingOptions:
     seed: int | None = None
     logprobs: int | None = None  # alternatives per generated token; None: no logprobs
     prompt_logprobs: int | None = None  # the same for the prompt's tokens
+    # Added to the target's logits before anything else (OpenAI's logit_bias).
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # ``suppressed_ids`` (EOS and the stop tokens) cannot be sampled at the
+    # first ``min_tokens_left`` positions a call samples (vLLM's min_tokens,
+    # counted down by the router as tokens come).
+    min_tokens_left: int = 0
+    suppressed_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("logprobs", "prompt_logprobs"):
@@ -56,6 +67,18 @@ class SamplingOptions:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
+        for token, bias in self.logit_bias:
+            if token < 0 or not -MAX_BIAS <= bias <= MAX_BIAS:
+                raise ValueError(
+                    f"logit_bias maps token ids >= 0 to values in [-{MAX_BIAS}, {MAX_BIAS}], "
+                    f"got {token}: {bias}"
+                )
+        if self.min_tokens_left < 0 or any(t < 0 for t in self.suppressed_ids):
+            raise ValueError("min_tokens_left and suppressed_ids must be >= 0")
+
+    @property
+    def adjusts_logits(self) -> bool:
+        return bool(self.logit_bias) or (self.min_tokens_left > 0 and bool(self.suppressed_ids))
 
     @property
     def greedy(self) -> bool:
@@ -107,6 +130,36 @@ class SamplingTensors:
             needs_sort=any(o.top_p < 1 or 0 < o.top_k < vocab_size for o in options),
             needs_min_p=any(o.min_p > 0 for o in options),
         )
+
+
+def adjusted_logits(
+    logits: torch.Tensor, options: Sequence[SamplingOptions], repeats: Sequence[int]
+) -> torch.Tensor:
+    """logits [N, V] with each request's bias added and, at its first
+    ``min_tokens_left`` rows, its suppressed tokens masked (-inf): the
+    distribution every later step (argmax, temperature, top-k, rejection)
+    works on. Request j holds ``repeats[j]`` consecutive rows. Untouched (no
+    copy) when no request adjusts."""
+    if not any(o.adjusts_logits for o in options):
+        return logits
+    rows: list[int] = []
+    cols: list[int] = []
+    values: list[float] = []
+    start = 0
+    for o, n in zip(options, repeats, strict=True):
+        for token, bias in o.logit_bias:
+            rows += range(start, start + n)
+            cols += [token] * n
+            values += [bias] * n
+        for row in range(start, start + min(o.min_tokens_left, n)):
+            rows += [row] * len(o.suppressed_ids)
+            cols += o.suppressed_ids
+            values += [-math.inf] * len(o.suppressed_ids)
+        start += n
+    out = logits.float().clone()  # the caller's logits stay raw (logprobs read them)
+    index = (torch.tensor(rows, device=out.device), torch.tensor(cols, device=out.device))
+    out.index_put_(index, torch.tensor(values, device=out.device), accumulate=True)
+    return out
 
 
 def processed_probs(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:

@@ -24,6 +24,9 @@ def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
         seed=o.seed,
         logprobs=o.logprobs,
         prompt_logprobs=o.prompt_logprobs,
+        logit_bias=dict(o.logit_bias),
+        min_tokens_left=o.min_tokens_left,
+        suppressed_ids=o.suppressed_ids,
     )
 
 
@@ -37,6 +40,9 @@ def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
         seed=m.seed if m.HasField("seed") else None,
         logprobs=m.logprobs if m.HasField("logprobs") else None,
         prompt_logprobs=m.prompt_logprobs if m.HasField("prompt_logprobs") else None,
+        logit_bias=tuple(sorted(m.logit_bias.items())),
+        min_tokens_left=m.min_tokens_left,
+        suppressed_ids=tuple(m.suppressed_ids),
     )
 
 

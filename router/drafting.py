@@ -118,7 +118,7 @@ class Drafter:
                                 SequenceTokens(
                                     s.seq_id, s.draft_cached, s.tokens_from(s.draft_cached)
                                 ),
-                                s.options,
+                                s.sampling(),
                             )
                             for s in group
                         ],

@@ -114,6 +114,7 @@ class LLMEngine:
     ) -> list[SequenceState]:
         """Queue ``params.n`` completions of a tokenized prompt; return their states."""
         self.check_prompt(request_id, prompt_ids)
+        params.check_token_ids(self.workers.vocab_size)
         states = new_sequences(
             self._seq_ids, request_id, prompt_ids, params, self.tokenizer, self.max_model_len
         )

@@ -13,8 +13,6 @@ NOT_YET: dict[str, object] = {
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "repetition_penalty": 1.0,
-    "logit_bias": None,
-    "min_tokens": 0,
     "bad_words": None,
     "include_stop_str_in_output": False,
     "truncate_prompt_tokens": None,
@@ -39,8 +37,10 @@ class SamplingParams:
     temperature 0 is greedy; top_k 0 or -1 and top_p 1 are off. Generation
     stops at the tokenizer's EOS (unless ignore_eos), at any of
     ``stop_token_ids`` (returned), before any of the ``stop`` strings (not
-    returned), or after ``max_tokens`` tokens. Log-probabilities are the
-    target's raw ones, before temperature and truncation.
+    returned), or after ``max_tokens`` tokens; not before ``min_tokens``
+    (EOS and the stop tokens are masked until then). ``logit_bias`` is added
+    to the logits first. Log-probabilities are the target's raw ones, before
+    bias, temperature and truncation.
     """
 
     n: int = 1
@@ -56,12 +56,15 @@ class SamplingParams:
     skip_special_tokens: bool = True
     logprobs: int | None = None  # per generated token: its logprob and this many alternatives
     prompt_logprobs: int | None = None  # the same for every prompt token after the first
+    # Added to the target's logits for these token ids (OpenAI's logit_bias).
+    logit_bias: dict[int, float] | None = None
+    # EOS (unless ignore_eos) and stop_token_ids cannot end the completion, nor
+    # stop strings cut it, before this many tokens.
+    min_tokens: int = 0
     # Accepted only at the value that asks for nothing (NOT_YET), for now.
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    logit_bias: dict[int, float] | None = None
-    min_tokens: int = 0
     bad_words: list[str] | None = None
     include_stop_str_in_output: bool = False
     truncate_prompt_tokens: int | None = None
@@ -79,6 +82,11 @@ class SamplingParams:
             raise ValueError(f"n must be in [1, {self.MAX_N}], got {self.n}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= (self.max_tokens or self.min_tokens):
+            raise ValueError(
+                f"min_tokens must be in [0, max_tokens], got {self.min_tokens} "
+                f"(max_tokens {self.max_tokens})"
+            )
         self.stop_strings = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in self.stop_strings):
             raise ValueError("stop strings must not be empty")
@@ -107,4 +115,16 @@ class SamplingParams:
             seed=None if self.seed is None else self.seed + index,
             logprobs=self.logprobs,
             prompt_logprobs=self.prompt_logprobs,
+            logit_bias=tuple(
+                sorted((int(t), float(b)) for t, b in (self.logit_bias or {}).items())
+            ),
         )
+
+    def check_token_ids(self, vocab_size: int) -> None:
+        """ValueError for a logit_bias or stop token id outside the vocabulary."""
+        ids = [*(self.logit_bias or {}), *(self.stop_token_ids or [])]
+        bad = [t for t in ids if not 0 <= int(t) < vocab_size]
+        if bad:
+            raise ValueError(
+                f"token ids {bad[:5]} in logit_bias or stop_token_ids are outside [0, {vocab_size})"
+            )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from transformers import PreTrainedTokenizerBase
 
@@ -82,6 +82,17 @@ class SequenceState:
         past = start - len(self.prompt_ids)
         return self.output_ids[past:] if past >= 0 else self.prompt_ids[start:] + self.output_ids
 
+    def sampling(self) -> SamplingOptions:
+        """How the next call samples: ``options``, and while fewer than
+        min_tokens tokens came, EOS (unless ignored) and the stop tokens
+        suppressed for the positions still short of it."""
+        left = self.params.min_tokens - len(self.output_ids)
+        if left <= 0:
+            return self.options
+        eos = [] if self.params.ignore_eos or self.eos_token_id is None else [self.eos_token_id]
+        suppressed = tuple(sorted({*eos, *(self.params.stop_token_ids or [])}))
+        return replace(self.options, min_tokens_left=left, suppressed_ids=suppressed)
+
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
@@ -157,7 +168,7 @@ class SequenceState:
             self.finish_reason, self.stop_reason = "stop", token
         elif token == self.eos_token_id and not p.ignore_eos:
             self.finish_reason = "stop"
-        elif self._cut_at_stop_string(searched):
+        elif len(self.output_ids) >= p.min_tokens and self._cut_at_stop_string(searched):
             self.finish_reason = "stop"
         elif p.max_tokens is not None and len(self.output_ids) >= p.max_tokens:
             self.finish_reason = "length"

@@ -62,7 +62,9 @@ class Verifier:
         self, target: int, seqs: list[SequenceState]
     ) -> list[VerifyOutput] | WorkerUnavailableError:
         """Append every token of each new sequence on ``target`` and sample its first."""
-        requests = [VerifyRequest(SequenceTokens(s.seq_id, 0, s.all_ids), s.options) for s in seqs]
+        requests = [
+            VerifyRequest(SequenceTokens(s.seq_id, 0, s.all_ids), s.sampling()) for s in seqs
+        ]
         try:
             return self.pool.workers[target].prefill(requests)
         except WorkerUnavailableError as e:
@@ -76,7 +78,7 @@ class Verifier:
             requests.append(
                 VerifyRequest(
                     SequenceTokens(s.seq_id, s.target_cached, s.tokens_from(s.target_cached)),
-                    s.options,
+                    s.sampling(),
                     tokens[:k],
                     None if ids is None else ids[:k],
                     None if probs is None else probs[:k],

@@ -36,6 +36,7 @@ def generate_request(
         stop=params.stop_strings,
         stop_token_ids=params.stop_token_ids or [],
         ignore_eos=params.ignore_eos,
+        min_tokens=params.min_tokens,
     )
 
 
@@ -54,6 +55,8 @@ def params_from_request(m: rpb.GenerateRequest) -> SamplingParams:
         ignore_eos=m.ignore_eos,
         logprobs=options.logprobs,
         prompt_logprobs=options.prompt_logprobs,
+        logit_bias=dict(options.logit_bias) or None,
+        min_tokens=m.min_tokens,
     )
 
 

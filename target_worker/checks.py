@@ -20,6 +20,14 @@ from protos.messages import MAX_DRAFT_TOKENS, VerifyRequest
 _BAD_ID, _BAD_PROB, _OVER_ONE = 1, 2, 4
 
 
+def _sampling_problem(request: VerifyRequest, vocab_size: int) -> str | None:
+    o = request.sampling
+    ids = [t for t, _ in o.logit_bias] + list(o.suppressed_ids)
+    if any(t >= vocab_size for t in ids):
+        return f"logit_bias or suppressed token ids outside [0, {vocab_size})"
+    return None
+
+
 def _shape_problem(request: VerifyRequest) -> str | None:
     k = len(request.draft_token_ids)
     if k > MAX_DRAFT_TOKENS:
@@ -51,7 +59,7 @@ def draft_problems(requests: Sequence[VerifyRequest], vocab_size: int) -> list[s
 
     The draft tokens themselves are checked with the sequence's other tokens.
     """
-    problems = [_shape_problem(r) for r in requests]
+    problems = [_sampling_problem(r, vocab_size) or _shape_problem(r) for r in requests]
     # Well-shaped distributions, grouped by width N (draft workers may differ).
     groups: dict[int, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
     for i, (r, problem) in enumerate(zip(requests, problems, strict=True)):

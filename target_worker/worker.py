@@ -21,7 +21,12 @@ from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.host_copy import device_tensor
 from model_runtime.logprobs import token_logprobs
 from model_runtime.runner import ModelRunner
-from model_runtime.sampling import RowRandomness, SamplingTensors, processed_probs
+from model_runtime.sampling import (
+    RowRandomness,
+    SamplingTensors,
+    adjusted_logits,
+    processed_probs,
+)
 from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest, device_drafts
 from target_worker.checks import draft_problems
@@ -143,6 +148,7 @@ class TargetWorker(LocalWorker):
         self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
     ) -> list[list[int]]:
         """Rejection-sample every sequence: [B, max k + 1] tokens, PLACEHOLDER-padded."""
+        logits = adjusted_logits(logits, [r.sampling for r in batch], [k + 1 for k in num_drafts])
         if all(r.sampling.greedy for r in batch):
             return self._greedy(batch, logits, num_drafts)
         if self.tp.rank != 0:

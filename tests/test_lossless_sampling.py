@@ -55,8 +55,38 @@ def merged(counts: torch.Tensor, probs: torch.Tensor, n: int) -> tuple[torch.Ten
     ids=["top_p", "top_k"],
 )
 def test_first_speculated_token_follows_the_targets_distribution(options: SamplingOptions) -> None:
+    prompt_ids = prompt()
+    first_tokens_follow(options, prompt_ids, transformers_next_token_probs(options, prompt_ids))
+
+
+def test_with_a_logit_bias_and_min_tokens_it_follows_the_adjusted_distribution() -> None:
+    # The draft proposes from its own unadjusted q; the target adjusts p (bias
+    # added, the suppressed token masked at the first position) and rejection
+    # sampling must still give exactly the adjusted p.
+    prompt_ids = prompt()
+    plain = transformers_next_token_probs(SamplingOptions(temperature=0.9), prompt_ids)
+    order = plain.argsort(descending=True).tolist()
+    bias = ((order[3], 2.5), (order[1], -1.5))
+    options = SamplingOptions(
+        temperature=0.9, logit_bias=bias, min_tokens_left=1, suppressed_ids=(order[0],)
+    )
+    logits = plain.log()  # the reference: the same adjustment on the target's own scores
+    for token, value in bias:
+        logits[token] += value / 0.9  # bias before temperature, as the target applies it
+    logits[order[0]] = -torch.inf
+    first_tokens_follow(options, prompt_ids, torch.softmax(logits, -1))
+
+
+def prompt() -> list[int]:
     tokenizer = AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
-    prompt_ids = tokenizer.encode(PROMPT)
+    return list(tokenizer.encode(PROMPT))
+
+
+def first_tokens_follow(
+    options: SamplingOptions, prompt_ids: list[int], probs: torch.Tensor
+) -> None:
+    """Sample SAMPLES rounds of K drafts at ``options`` and check the first token
+    of each against ``probs`` (chi-square), both paths taken."""
     runners = {
         name: runner_of(
             specserve.resolve_model(name),
@@ -93,7 +123,6 @@ def test_first_speculated_token_follows_the_targets_distribution(options: Sampli
         target.release(list(seqs))
     # Both paths were taken: accepted drafts and recovered tokens.
     assert 0.1 * SAMPLES < accepted < 0.98 * SAMPLES
-    probs = transformers_next_token_probs(options, prompt_ids)
     counts = torch.bincount(torch.tensor(firsts), minlength=probs.shape[0]).double()
     assert counts[probs == 0].sum() == 0, "sampled a token the target excludes"
     observed, expected = merged(counts, probs, SAMPLES)

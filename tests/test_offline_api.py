@@ -97,11 +97,39 @@ def test_generate_shows_the_speculation_summary_without_any_logging_setup() -> N
     assert "speculation: acceptance rate" in done.stderr
 
 
-@pytest.mark.parametrize(
-    "field", [{"presence_penalty": 0.5}, {"logit_bias": {5: 2.0}}, {"min_tokens": 3}]
-)
+@pytest.fixture(scope="module")
+def target_only() -> LLM:
+    return LLM("specserve/demo-target", dtype="float32")
+
+
+def test_logit_bias_and_min_tokens_give_the_target_alones_greedy_output(
+    llm: LLM, target_only: LLM
+) -> None:
+    prompts = ["def fibonacci(n):", "import os\n"]
+    plain = llm.generate(prompts, GREEDY, use_tqdm=False)
+    first, second = plain[0].outputs[0].token_ids[:2]
+    cases = [
+        SamplingParams(temperature=0, max_tokens=12, logit_bias={first: -100.0}),
+        SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[second], min_tokens=6),
+    ]
+    for params in cases:
+        spec = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+        alone = target_only.generate(prompts, params, use_tqdm=False)
+        assert spec == [o.outputs[0].token_ids for o in alone]
+    biased, stopped = (llm.generate(prompts[:1], p, use_tqdm=False)[0] for p in cases)
+    assert biased.outputs[0].token_ids[0] != first
+    assert len(stopped.outputs[0].token_ids) >= 6
+    assert second not in stopped.outputs[0].token_ids[:6]
+
+
+def test_token_ids_outside_the_vocabulary_are_refused(llm: LLM) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        llm.generate(["x"], SamplingParams(logit_bias={10**6: 1.0}), use_tqdm=False)
+
+
+@pytest.mark.parametrize("field", [{"presence_penalty": 0.5}, {"frequency_penalty": 1.0}])
 def test_sampling_fields_not_built_yet_are_refused_by_name(field: dict) -> None:  # type: ignore[type-arg]
     (name,) = field
     with pytest.raises(ValueError, match=f"{name}=.* is not supported yet"):
         SamplingParams(**field)
-    SamplingParams(presence_penalty=0.0, logit_bias={}, min_tokens=0)  # asking for nothing
+    SamplingParams(presence_penalty=0.0, frequency_penalty=0.0)  # asking for nothing

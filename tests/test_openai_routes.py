@@ -129,3 +129,26 @@ def test_what_the_server_does_not_do_is_refused_by_name(
     # and it keeps serving; a field at the value that asks for nothing is taken
     ok = {"prompt": "x", "max_tokens": 2, "presence_penalty": 0, "best_of": 1}
     assert post(server, "/v1/completions", ok)[0] == 200
+
+
+def test_logit_bias_and_min_tokens_shape_the_completion(server: str) -> None:
+    c = client(server)
+    forced = c.completions.create(
+        model=MODEL, prompt="def f(x):", max_tokens=3, temperature=0, logit_bias={"42": 100}
+    )
+    assert forced.usage is not None and forced.usage.completion_tokens == 3
+    status, tokens = post(
+        server, "/tokenize", {"prompt": forced.choices[0].text, "add_special_tokens": False}
+    )
+    assert tokens["tokens"] == [42, 42, 42]
+    free = c.completions.create(model=MODEL, prompt="def f(x):", max_tokens=8, temperature=0)
+    (stop_id,) = post(
+        server, "/tokenize", {"prompt": free.choices[0].text[:1], "add_special_tokens": False}
+    )[1]["tokens"][:1]
+    held = c.completions.create(
+        model=MODEL, prompt="def f(x):", max_tokens=8, temperature=0,
+        extra_body={"stop_token_ids": [stop_id], "min_tokens": 5},
+    )  # fmt: skip
+    assert held.usage is not None and held.usage.completion_tokens >= 5
+    status, refused = post(server, "/v1/completions", {"prompt": "x", "logit_bias": {"9999999": 1}})
+    assert status == 400 and "outside" in refused["error"]["message"]

@@ -21,6 +21,8 @@ from protos.messages import (
     VerifyOutput,
     VerifyRequest,
 )
+from router.params import SamplingParams
+from router.wire import generate_request, params_from_request
 
 GREEDY, SAMPLED = SamplingOptions(), SamplingOptions(temperature=0.75, top_p=0.5)
 
@@ -146,7 +148,10 @@ def test_logprobs_and_sampling_options_survive_the_wire() -> None:
     prefill = VerifyOutput(11, SequenceStatus(), [7], 0, [chosen], prompt)
     result = crossed(convert.prefill_result_to_proto(1, [prefill], 10))
     assert [convert.prefill_output_from_proto(o) for o in result.outputs] == [prefill]
-    options = SamplingOptions(temperature=0.5, top_k=4, seed=3, logprobs=0, prompt_logprobs=20)
+    options = SamplingOptions(
+        temperature=0.5, top_k=4, seed=3, logprobs=0, prompt_logprobs=20,
+        logit_bias=((5, -2.5), (9, 1.0)), min_tokens_left=3, suppressed_ids=(0, 7),
+    )  # fmt: skip
     assert sampling_from_proto(sampling_to_proto(options)) == options
     assert sampling_from_proto(sampling_to_proto(GREEDY)) == GREEDY
 
@@ -161,3 +166,9 @@ def test_the_batch_messages_name_no_per_sequence_message() -> None:
             if f.is_repeated and f.message_type is not None
         ]
         assert repeated in ([], ["failed"], ["failed", "logprobs"]), (message, repeated)
+
+
+def test_a_generate_request_carries_logit_bias_and_min_tokens() -> None:
+    params = SamplingParams(max_tokens=9, logit_bias={5: 2.0}, min_tokens=4, stop_token_ids=[7])
+    back = params_from_request(crossed(generate_request("r", [1, 2], params)))
+    assert (back.logit_bias, back.min_tokens, back.stop_token_ids) == ({5: 2.0}, 4, [7])
