@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from gateway.backends import Backend, Completion, Overloaded, Unavailable
 from gateway.protocol import GatewayError, SamplingFields
 from router.loop import Delta
-from router.params import SamplingParams
+from router.params import SamplingParams, kept_prompt
 
 
 @dataclass
@@ -77,7 +77,8 @@ def start_choices(
     choices: list[Choice] = []
     prompt_only = max_tokens == 0  # echo alone: the prompt (and its logprobs)
     try:
-        for ids, text in zip(prompts, texts, strict=True):
+        for whole, text in zip(prompts, texts, strict=True):
+            ids = kept_prompt(whole, body.truncate_prompt_tokens)
             params = _params(
                 body, 1 if prompt_only else max_tokens, len(ids), backend.max_model_len
             )

@@ -100,6 +100,8 @@ class SamplingFields(BaseModel):
             ignore_eos=self.ignore_eos,
             logit_bias=self.token_biases(),
             min_tokens=self.min_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            truncate_prompt_tokens=self.truncate_prompt_tokens,
         )
 
     def token_biases(self) -> dict[int, float] | None:

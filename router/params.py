@@ -14,8 +14,6 @@ NOT_YET: dict[str, object] = {
     "frequency_penalty": 0.0,
     "repetition_penalty": 1.0,
     "bad_words": None,
-    "include_stop_str_in_output": False,
-    "truncate_prompt_tokens": None,
     "detokenize": True,
 }
 
@@ -61,13 +59,15 @@ class SamplingParams:
     # EOS (unless ignore_eos) and stop_token_ids cannot end the completion, nor
     # stop strings cut it, before this many tokens.
     min_tokens: int = 0
+    # Keep the stop string that ended the text in it.
+    include_stop_str_in_output: bool = False
+    # Keep only the prompt's last this many tokens (None: all of them).
+    truncate_prompt_tokens: int | None = None
     # Accepted only at the value that asks for nothing (NOT_YET), for now.
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     bad_words: list[str] | None = None
-    include_stop_str_in_output: bool = False
-    truncate_prompt_tokens: int | None = None
     detokenize: bool = True
     stop_strings: list[str] = field(init=False, repr=False)
 
@@ -98,6 +98,10 @@ class SamplingParams:
             raise ValueError(f"stop strings may be at most {self.MAX_STOP_LENGTH} characters long")
         if len(self.stop_token_ids or []) > self.MAX_STOP_STRINGS:
             raise ValueError(f"at most {self.MAX_STOP_STRINGS} stop_token_ids")
+        if self.truncate_prompt_tokens is not None and self.truncate_prompt_tokens < 1:
+            raise ValueError(
+                f"truncate_prompt_tokens must be >= 1, got {self.truncate_prompt_tokens}"
+            )
         self.options(0)  # validates the sampling fields, seed and logprobs
         refuse_unsupported({name: getattr(self, name) for name in NOT_YET})
 
@@ -128,3 +132,13 @@ class SamplingParams:
             raise ValueError(
                 f"token ids {bad[:5]} in logit_bias or stop_token_ids are outside [0, {vocab_size})"
             )
+
+    def prompt_kept(self, prompt_ids: list[int]) -> list[int]:
+        """The prompt as generation sees it: its last truncate_prompt_tokens tokens."""
+        return kept_prompt(prompt_ids, self.truncate_prompt_tokens)
+
+
+def kept_prompt(prompt_ids: list[int], truncate_prompt_tokens: int | None) -> list[int]:
+    """The last ``truncate_prompt_tokens`` of a prompt (all of it for None)."""
+    n = truncate_prompt_tokens
+    return prompt_ids if n is None or len(prompt_ids) <= n else prompt_ids[-n:]

@@ -183,7 +183,8 @@ class SequenceState:
         for stop in self.params.stop_strings:
             at = text.find(stop, max(0, searched - len(stop) + 1))
             if at >= 0:
-                self.detokenizer.text = text[:at]
+                keep = len(stop) if self.params.include_stop_str_in_output else 0
+                self.detokenizer.text = text[: at + keep]
                 self.stop_reason = stop
                 return True
         return False

@@ -37,6 +37,7 @@ def generate_request(
         stop_token_ids=params.stop_token_ids or [],
         ignore_eos=params.ignore_eos,
         min_tokens=params.min_tokens,
+        include_stop_str_in_output=params.include_stop_str_in_output,
     )
 
 
@@ -57,6 +58,7 @@ def params_from_request(m: rpb.GenerateRequest) -> SamplingParams:
         prompt_logprobs=options.prompt_logprobs,
         logit_bias=dict(options.logit_bias) or None,
         min_tokens=m.min_tokens,
+        include_stop_str_in_output=m.include_stop_str_in_output,
     )
 
 

@@ -78,7 +78,12 @@ class LLM:
                 f"got {len(prompts)} prompts but {len(sampling_params)} sampling_params"
             )
         # Every prompt is checked before any is queued: a bad one queues nothing.
-        tokenized = [self._tokenize(p) for p in prompts]
+        tokenized = [
+            (text, params.prompt_kept(ids))
+            for (text, ids), params in zip(
+                map(self._tokenize, prompts), sampling_params, strict=True
+            )
+        ]
         ids = [str(self._next_request + i) for i in range(len(tokenized))]
         for request_id, (_, prompt_ids) in zip(ids, tokenized, strict=True):
             self.engine.check_prompt(request_id, prompt_ids)

@@ -133,3 +133,19 @@ def test_sampling_fields_not_built_yet_are_refused_by_name(field: dict) -> None:
     with pytest.raises(ValueError, match=f"{name}=.* is not supported yet"):
         SamplingParams(**field)
     SamplingParams(presence_penalty=0.0, frequency_penalty=0.0)  # asking for nothing
+
+
+def test_a_stop_string_can_stay_in_the_text_and_a_prompt_be_cut_to_its_tail(llm: LLM) -> None:
+    text = llm.generate(["def fibonacci(n):"], GREEDY, use_tqdm=False)[0].outputs[0].text
+    stop = text[3:6]
+    kept = SamplingParams(
+        temperature=0, max_tokens=12, stop=[stop], include_stop_str_in_output=True
+    )
+    (out,) = llm.generate(["def fibonacci(n):"], kept, use_tqdm=False)
+    assert out.outputs[0].text.endswith(stop) and out.outputs[0].stop_reason == stop
+    ids = llm.get_tokenizer().encode("import os\nimport sys\ndef main():")
+    cut = SamplingParams(temperature=0, max_tokens=6, truncate_prompt_tokens=4)
+    (tail,) = llm.generate([TokensPrompt(prompt_token_ids=ids)], cut, use_tqdm=False)
+    (alone,) = llm.generate([TokensPrompt(prompt_token_ids=ids[-4:])], GREEDY, use_tqdm=False)
+    assert tail.prompt_token_ids == ids[-4:]
+    assert tail.outputs[0].token_ids == alone.outputs[0].token_ids[:6]

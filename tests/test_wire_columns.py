@@ -169,6 +169,10 @@ def test_the_batch_messages_name_no_per_sequence_message() -> None:
 
 
 def test_a_generate_request_carries_logit_bias_and_min_tokens() -> None:
-    params = SamplingParams(max_tokens=9, logit_bias={5: 2.0}, min_tokens=4, stop_token_ids=[7])
+    params = SamplingParams(
+        max_tokens=9, logit_bias={5: 2.0}, min_tokens=4, stop_token_ids=[7],
+        include_stop_str_in_output=True,
+    )  # fmt: skip
     back = params_from_request(crossed(generate_request("r", [1, 2], params)))
     assert (back.logit_bias, back.min_tokens, back.stop_token_ids) == ({5: 2.0}, 4, [7])
+    assert back.include_stop_str_in_output
