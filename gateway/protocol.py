@@ -101,6 +101,9 @@ class SamplingFields(BaseModel):
             logit_bias=self.token_biases(),
             min_tokens=self.min_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty,
             truncate_prompt_tokens=self.truncate_prompt_tokens,
         )
 

@@ -51,6 +51,12 @@ class SamplingOptions:
     # counted down by the router as tokens come).
     min_tokens_left: int = 0
     suppressed_ids: tuple[int, ...] = ()
+    # Penalties on the tokens before each position (target_worker.penalties);
+    # output_start: where the output begins in the sequence's tokens.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    output_start: int = 0
 
     def __post_init__(self) -> None:
         for name in ("logprobs", "prompt_logprobs"):
@@ -75,6 +81,21 @@ class SamplingOptions:
                 )
         if self.min_tokens_left < 0 or any(t < 0 for t in self.suppressed_ids):
             raise ValueError("min_tokens_left and suppressed_ids must be >= 0")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty <= 100 or self.output_start < 0:
+            raise ValueError(
+                f"repetition_penalty must be in (0, 100], got {self.repetition_penalty}"
+            )
+
+    @property
+    def penalized(self) -> bool:
+        return (
+            self.presence_penalty != 0
+            or self.frequency_penalty != 0
+            or self.repetition_penalty != 1
+        )
 
     @property
     def adjusts_logits(self) -> bool:

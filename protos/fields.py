@@ -27,6 +27,10 @@ def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
         logit_bias=dict(o.logit_bias),
         min_tokens_left=o.min_tokens_left,
         suppressed_ids=o.suppressed_ids,
+        presence_penalty=o.presence_penalty,
+        frequency_penalty=o.frequency_penalty,
+        repetition_penalty=o.repetition_penalty,
+        output_start=o.output_start,
     )
 
 
@@ -43,6 +47,10 @@ def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
         logit_bias=tuple(sorted(m.logit_bias.items())),
         min_tokens_left=m.min_tokens_left,
         suppressed_ids=tuple(m.suppressed_ids),
+        presence_penalty=m.presence_penalty,
+        frequency_penalty=m.frequency_penalty,
+        repetition_penalty=m.repetition_penalty or 1.0,  # unset: none
+        output_start=m.output_start,
     )
 
 

@@ -10,9 +10,6 @@ from model_runtime.sampling import SamplingOptions
 # vLLM's sampling fields this engine does not act on yet, each with the value
 # that asks for nothing: accepted at that value, refused at any other.
 NOT_YET: dict[str, object] = {
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
     "bad_words": None,
     "detokenize": True,
 }
@@ -63,10 +60,12 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     # Keep only the prompt's last this many tokens (None: all of them).
     truncate_prompt_tokens: int | None = None
-    # Accepted only at the value that asks for nothing (NOT_YET), for now.
+    # On the output's tokens (presence: once, frequency: per occurrence) and,
+    # repetition, on the prompt's and output's (target_worker.penalties).
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    # Accepted only at the value that asks for nothing (NOT_YET), for now.
     bad_words: list[str] | None = None
     detokenize: bool = True
     stop_strings: list[str] = field(init=False, repr=False)
@@ -122,6 +121,9 @@ class SamplingParams:
             logit_bias=tuple(
                 sorted((int(t), float(b)) for t, b in (self.logit_bias or {}).items())
             ),
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty,
         )
 
     def check_token_ids(self, vocab_size: int) -> None:

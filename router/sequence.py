@@ -206,7 +206,7 @@ def new_sequences(
             index=i,
             prompt_ids=list(prompt_ids),
             params=params,
-            options=params.options(i),
+            options=_with_output_start(params.options(i), len(prompt_ids)),
             detokenizer=IncrementalDetokenizer(tokenizer, prompt_ids, params.skip_special_tokens),
             eos_token_id=tokenizer.eos_token_id,
             max_model_len=max_model_len,
@@ -230,3 +230,9 @@ def check_prompt(
     bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
     if bad:
         raise ValueError(f"{where}token ids {bad[:5]} outside [0, {vocab_size})")
+
+
+def _with_output_start(options: SamplingOptions, prompt_len: int) -> SamplingOptions:
+    """A penalised sequence's options say where its output starts (the others
+    stay alike, so that a batch's samplings cross the wire once)."""
+    return replace(options, output_start=prompt_len) if options.penalized else options

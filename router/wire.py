@@ -57,6 +57,9 @@ def params_from_request(m: rpb.GenerateRequest) -> SamplingParams:
         logprobs=options.logprobs,
         prompt_logprobs=options.prompt_logprobs,
         logit_bias=dict(options.logit_bias) or None,
+        presence_penalty=options.presence_penalty,
+        frequency_penalty=options.frequency_penalty,
+        repetition_penalty=options.repetition_penalty,
         min_tokens=m.min_tokens,
         include_stop_str_in_output=m.include_stop_str_in_output,
     )

@@ -31,6 +31,7 @@ from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest, device_drafts
 from target_worker.checks import draft_problems
 from target_worker.drafts import chunk_tokens, dense_draft_probs, draft_tensor, input_ids
+from target_worker.penalties import PenaltyHistory
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
     RejectionInputs,
@@ -68,6 +69,11 @@ class TargetWorker(LocalWorker):
             use_triton = self.device.type == "cuda"
         self.sample = rejection_sample_triton if use_triton else rejection_sample_reference
         self.randomness = RowRandomness(self.device, config.seed)
+        self.penalties = PenaltyHistory()
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        self.penalties.forget(seq_ids)
+        return super().release(seq_ids)
 
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
         """Append each prompt and sample its first token."""
@@ -131,10 +137,12 @@ class TargetWorker(LocalWorker):
             all_logits if len(sampling_rows) == all_logits.shape[0] else all_logits[sampling_rows]
         )
         # logits: [R = sum(k + 1), V]
+        self.penalties.extend(batch)
         out = self._sample(batch, logits, num_drafts)
+        gained = [[t for t in row if t != PLACEHOLDER] for row in out]
+        self.penalties.accept(batch, gained)
         results = []
-        for r, row in zip(batch, out, strict=True):
-            tokens = [t for t in row if t != PLACEHOLDER]
+        for r, tokens in zip(batch, gained, strict=True):
             accepted = len(tokens) - 1
             held = r.tokens.cached_len + len(r.tokens.token_ids) + accepted
             self.runner.truncate(r.tokens.seq_id, held)
@@ -148,6 +156,7 @@ class TargetWorker(LocalWorker):
         self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
     ) -> list[list[int]]:
         """Rejection-sample every sequence: [B, max k + 1] tokens, PLACEHOLDER-padded."""
+        logits = self.penalties.apply(logits, batch, num_drafts)
         logits = adjusted_logits(logits, [r.sampling for r in batch], [k + 1 for k in num_drafts])
         if all(r.sampling.greedy for r in batch):
             return self._greedy(batch, logits, num_drafts)

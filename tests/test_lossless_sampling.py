@@ -26,11 +26,16 @@ PROMPT = "def fibonacci(n):\n"
 SAMPLES, CHUNK, K = 2500, 500, 3
 
 
-def transformers_next_token_probs(options: SamplingOptions, prompt_ids: list[int]) -> torch.Tensor:
+def transformers_logits(prompt_ids: list[int]) -> torch.Tensor:
+    """The target's raw next-token logits [V] after ``prompt_ids``, by transformers."""
     folder = specserve.resolve_model("specserve/demo-target")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     with torch.no_grad():
-        scores = model(torch.tensor([prompt_ids])).logits[:, -1]
+        return model(torch.tensor([prompt_ids])).logits[0, -1]
+
+
+def transformers_next_token_probs(options: SamplingOptions, prompt_ids: list[int]) -> torch.Tensor:
+    scores = transformers_logits(prompt_ids).unsqueeze(0)
     ids = torch.tensor([prompt_ids])
     scores = TemperatureLogitsWarper(options.temperature)(ids, scores)
     if options.top_k > 0:
@@ -74,6 +79,24 @@ def test_with_a_logit_bias_and_min_tokens_it_follows_the_adjusted_distribution()
     for token, value in bias:
         logits[token] += value / 0.9  # bias before temperature, as the target applies it
     logits[order[0]] = -torch.inf
+    first_tokens_follow(options, prompt_ids, torch.softmax(logits, -1))
+
+
+def test_with_penalties_it_follows_the_penalised_distribution() -> None:
+    # Half the prompt stands as output (presence and frequency count it), all
+    # of it for repetition; the draft proposes unpenalised.
+    prompt_ids = prompt()
+    start = len(prompt_ids) // 2
+    options = SamplingOptions(
+        temperature=1.0, presence_penalty=0.3, frequency_penalty=0.4,
+        repetition_penalty=1.4, output_start=start,
+    )  # fmt: skip
+    logits = transformers_logits(prompt_ids).double()
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    seen[prompt_ids] = True
+    logits = torch.where(seen, torch.where(logits > 0, logits / 1.4, logits * 1.4), logits)
+    counts = torch.bincount(torch.tensor(prompt_ids[start:]), minlength=logits.shape[0])
+    logits = logits - 0.4 * counts - 0.3 * (counts > 0)
     first_tokens_follow(options, prompt_ids, torch.softmax(logits, -1))
 
 

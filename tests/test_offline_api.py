@@ -127,12 +127,36 @@ def test_token_ids_outside_the_vocabulary_are_refused(llm: LLM) -> None:
         llm.generate(["x"], SamplingParams(logit_bias={10**6: 1.0}), use_tqdm=False)
 
 
-@pytest.mark.parametrize("field", [{"presence_penalty": 0.5}, {"frequency_penalty": 1.0}])
+@pytest.mark.parametrize("field", [{"bad_words": ["x"]}, {"detokenize": False}])
 def test_sampling_fields_not_built_yet_are_refused_by_name(field: dict) -> None:  # type: ignore[type-arg]
     (name,) = field
     with pytest.raises(ValueError, match=f"{name}=.* is not supported yet"):
         SamplingParams(**field)
-    SamplingParams(presence_penalty=0.0, frequency_penalty=0.0)  # asking for nothing
+    SamplingParams(bad_words=[], detokenize=True)  # asking for nothing
+
+
+@pytest.mark.parametrize(
+    "penalties",
+    [
+        {"repetition_penalty": 1.3},
+        {"frequency_penalty": 1.5},
+        {"presence_penalty": 1.2, "frequency_penalty": 0.5},
+    ],
+    ids=["repetition", "frequency", "presence"],
+)
+def test_penalties_give_the_target_alones_greedy_output(
+    llm: LLM,
+    target_only: LLM,
+    penalties: dict,  # type: ignore[type-arg]
+) -> None:
+    # Each verify row is penalised as if the drafts before it were accepted.
+    prompts = ["def fibonacci(n):", "import os\n", "class Stack:\n"]
+    params = SamplingParams(temperature=0, max_tokens=24, **penalties)
+    spec = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    alone = [o.outputs[0].token_ids for o in target_only.generate(prompts, params, use_tqdm=False)]
+    plain = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)
+    assert spec == alone
+    assert spec != [o.outputs[0].token_ids for o in plain]  # the penalties did something
 
 
 def test_a_stop_string_can_stay_in_the_text_and_a_prompt_be_cut_to_its_tail(llm: LLM) -> None:

@@ -1,0 +1,93 @@
+"""Presence, frequency and repetition penalties, exact under speculation.
+
+A penalty depends on the tokens before the position it is applied at; at
+verify row j of a sequence those are its tokens so far and its first j
+drafts, as if they were already accepted. So the target worker keeps the
+token history of each penalised sequence (what its KV cache holds, in step
+with it: cut to the cached length each call, extended by the appended tokens
+and then by the drafts accepted), and each row is penalised with the counts
+of that row's own prefix. Rejection sampling then samples exactly the
+penalised distribution, as decoding alone would.
+
+As vLLM and OpenAI define them: presence subtracts ``presence_penalty`` from
+the logit of every token the output holds, frequency subtracts
+``frequency_penalty`` times its count; repetition divides a positive logit
+(multiplies a negative one) by ``repetition_penalty`` for every token of the
+prompt or the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from protos.messages import VerifyRequest
+from target_worker.drafts import draft_tensor
+
+
+class PenaltyHistory:
+    """The token history of the penalised sequences a target worker holds."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[int, list[int]] = {}
+
+    def extend(self, batch: Sequence[VerifyRequest]) -> None:
+        """Bring each penalised sequence's history to what this call appends."""
+        for r in batch:
+            if r.sampling.penalized:
+                held = self._tokens.get(r.tokens.seq_id, [])[: r.tokens.cached_len]
+                self._tokens[r.tokens.seq_id] = held + list(r.tokens.token_ids)
+
+    def accept(self, batch: Sequence[VerifyRequest], outputs: Sequence[list[int]]) -> None:
+        """Add the drafts each call accepted: every token but the last it gained."""
+        for r, tokens in zip(batch, outputs, strict=True):
+            if r.sampling.penalized:
+                self._tokens[r.tokens.seq_id] += tokens[:-1]
+
+    def forget(self, seq_ids: Sequence[int]) -> None:
+        for seq_id in seq_ids:
+            self._tokens.pop(seq_id, None)
+
+    def apply(
+        self, logits: torch.Tensor, batch: Sequence[VerifyRequest], num_drafts: list[int]
+    ) -> torch.Tensor:
+        """logits [R = sum(k + 1), V] with every penalised sequence's rows
+        penalised by their prefixes' counts (a copy; untouched when none is)."""
+        if not any(r.sampling.penalized for r in batch):
+            return logits
+        out = logits.float().clone()
+        drafts = draft_tensor(batch, out.device)  # [sum k], every request's in order
+        row = drafted = 0
+        for r, k in zip(batch, num_drafts, strict=True):
+            if r.sampling.penalized:
+                rows = slice(row, row + k + 1)
+                out[rows] = self._penalised(out[rows], r, drafts[drafted : drafted + k])
+            row, drafted = row + k + 1, drafted + k
+        return out
+
+    def _penalised(
+        self, logits: torch.Tensor, r: VerifyRequest, drafts: torch.Tensor
+    ) -> torch.Tensor:
+        """One sequence's rows [k + 1, V]: row j penalised as if its first j
+        drafts ([k], on the device) were accepted."""
+        o, (rows, vocab) = r.sampling, logits.shape
+        history = self._tokens[r.tokens.seq_id]
+        device = logits.device
+        output = torch.tensor(history[o.output_start :], dtype=torch.long, device=device)
+        counts = torch.bincount(output, minlength=vocab).float().repeat(rows, 1)  # [k + 1, V]
+        if rows > 1:
+            # Draft i counts at rows i + 1 .. k.
+            pairs = [(row, i) for i in range(rows - 1) for row in range(i + 1, rows)]
+            at = torch.tensor([p[0] for p in pairs], device=device)
+            which = torch.tensor([p[1] for p in pairs], device=device)
+            ones = torch.ones(len(pairs), device=device)
+            counts.index_put_((at, drafts[which].long()), ones, accumulate=True)
+        if o.repetition_penalty != 1.0:
+            prompt = torch.tensor(history[: o.output_start], dtype=torch.long, device=device)
+            seen = (torch.bincount(prompt, minlength=vocab) > 0) | (counts > 0)
+            scaled = torch.where(
+                logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty
+            )
+            logits = torch.where(seen, scaled, logits)
+        return logits - o.frequency_penalty * counts - o.presence_penalty * (counts > 0).float()
