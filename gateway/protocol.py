@@ -104,6 +104,7 @@ class SamplingFields(BaseModel):
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
             repetition_penalty=self.repetition_penalty,
+            bad_words=self.bad_words,
             truncate_prompt_tokens=self.truncate_prompt_tokens,
         )
 

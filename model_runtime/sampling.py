@@ -57,6 +57,9 @@ class SamplingOptions:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     output_start: int = 0
+    # Token sequences the output may not complete: the last token of each is
+    # masked wherever the output ends in the ones before it (vLLM's bad_words).
+    bad_words: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("logprobs", "prompt_logprobs"):
@@ -84,10 +87,17 @@ class SamplingOptions:
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise ValueError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if any(not w or min(w) < 0 for w in self.bad_words):
+            raise ValueError("bad_words must be non-empty token sequences of ids >= 0")
         if not 0 < self.repetition_penalty <= 100 or self.output_start < 0:
             raise ValueError(
                 f"repetition_penalty must be in (0, 100], got {self.repetition_penalty}"
             )
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether sampling looks at the tokens before each position."""
+        return self.penalized or bool(self.bad_words)
 
     @property
     def penalized(self) -> bool:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from protos import common_pb2 as protos_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/router.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"\x17\n\x15\x44\x65scribeRouterRequest\"\x81\x04\n\nRouterInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\r\x12\x15\n\rmax_model_len\x18\x03 \x01(\r\x12\x13\n\x0b\x64raft_model\x18\x04 \x01(\t\x12\x1e\n\x16num_speculative_tokens\x18\x05 \x01(\r\x12\x13\n\x0bspeculating\x18\x06 \x01(\x08\x12\x13\n\x0bnum_running\x18\x07 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x08 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\t \x01(\x02\x12\x12\n\nnum_drafts\x18\n \x01(\x04\x12\x18\n\x10num_draft_tokens\x18\x0b \x01(\x04\x12\x1b\n\x13num_accepted_tokens\x18\x0c \x01(\x04\x12\x1d\n\x15\x61\x63\x63\x65pted_per_position\x18\r \x03(\x04\x12\x14\n\x0crounds_per_k\x18\x0e \x03(\x04\x12\x10\n\x08\x63hosen_k\x18\x0f \x01(\r\x12\x15\n\rprompt_tokens\x18\x10 \x01(\x04\x12\x19\n\x11generation_tokens\x18\x11 \x01(\x04\x12\x38\n\x08\x66inished\x18\x12 \x03(\x0b\x32&.specserve.v1.RouterInfo.FinishedEntry\x1a/\n\rFinishedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xb6\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12+\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x16.specserve.v1.TokenIdsH\x00\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x17\n\nmax_tokens\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x12\n\nmin_tokens\x18\t \x01(\r\x12\"\n\x1ainclude_stop_str_in_output\x18\n \x01(\x08\x42\x08\n\x06promptB\r\n\x0b_max_tokens\"]\n\x10SpeculationStats\x12\x12\n\nnum_drafts\x18\x01 \x01(\r\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\r\x12\x1b\n\x13num_accepted_tokens\x18\x03 \x01(\r\"\xa5\x03\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.specserve.v1.FinishReason\x12\x18\n\x10prompt_token_ids\x18\x05 \x03(\x05\x12\x19\n\x11num_prompt_tokens\x18\x06 \x01(\r\x12\x1d\n\x15num_completion_tokens\x18\x07 \x01(\r\x12\x33\n\x0bspeculation\x18\x08 \x01(\x0b\x32\x1e.specserve.v1.SpeculationStats\x12,\n\x08logprobs\x18\t \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\x12\x33\n\x0fprompt_logprobs\x18\n \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\x12\x17\n\rstop_token_id\x18\x0b \x01(\x05H\x00\x12\x15\n\x0bstop_string\x18\x0c \x01(\tH\x00\x42\r\n\x0bstop_reason\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xe2\x01\n\x06Router\x12K\n\x08Generate\x12\x1d.specserve.v1.GenerateRequest\x1a\x1e.specserve.v1.GenerateResponse0\x01\x12@\n\x05\x41\x62ort\x12\x1a.specserve.v1.AbortRequest\x1a\x1b.specserve.v1.AbortResponse\x12I\n\x08\x44\x65scribe\x12#.specserve.v1.DescribeRouterRequest\x1a\x18.specserve.v1.RouterInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/router.proto\x12\x0cspecserve.v1\x1a\x13protos/common.proto\"\x17\n\x15\x44\x65scribeRouterRequest\"\x81\x04\n\nRouterInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\r\x12\x15\n\rmax_model_len\x18\x03 \x01(\r\x12\x13\n\x0b\x64raft_model\x18\x04 \x01(\t\x12\x1e\n\x16num_speculative_tokens\x18\x05 \x01(\r\x12\x13\n\x0bspeculating\x18\x06 \x01(\x08\x12\x13\n\x0bnum_running\x18\x07 \x01(\r\x12\x13\n\x0bnum_waiting\x18\x08 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\t \x01(\x02\x12\x12\n\nnum_drafts\x18\n \x01(\x04\x12\x18\n\x10num_draft_tokens\x18\x0b \x01(\x04\x12\x1b\n\x13num_accepted_tokens\x18\x0c \x01(\x04\x12\x1d\n\x15\x61\x63\x63\x65pted_per_position\x18\r \x03(\x04\x12\x14\n\x0crounds_per_k\x18\x0e \x03(\x04\x12\x10\n\x08\x63hosen_k\x18\x0f \x01(\r\x12\x15\n\rprompt_tokens\x18\x10 \x01(\x04\x12\x19\n\x11generation_tokens\x18\x11 \x01(\x04\x12\x38\n\x08\x66inished\x18\x12 \x03(\x0b\x32&.specserve.v1.RouterInfo.FinishedEntry\x1a/\n\rFinishedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x04:\x02\x38\x01\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\xc9\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12+\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x16.specserve.v1.TokenIdsH\x00\x12.\n\x08sampling\x18\x04 \x01(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x17\n\nmax_tokens\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x16\n\x0estop_token_ids\x18\x07 \x03(\x05\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12\x12\n\nmin_tokens\x18\t \x01(\r\x12\"\n\x1ainclude_stop_str_in_output\x18\n \x01(\x08\x12\x11\n\tbad_words\x18\x0b \x03(\tB\x08\n\x06promptB\r\n\x0b_max_tokens\"]\n\x10SpeculationStats\x12\x12\n\nnum_drafts\x18\x01 \x01(\r\x12\x18\n\x10num_draft_tokens\x18\x02 \x01(\r\x12\x1b\n\x13num_accepted_tokens\x18\x03 \x01(\r\"\xa5\x03\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x31\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x1a.specserve.v1.FinishReason\x12\x18\n\x10prompt_token_ids\x18\x05 \x03(\x05\x12\x19\n\x11num_prompt_tokens\x18\x06 \x01(\r\x12\x1d\n\x15num_completion_tokens\x18\x07 \x01(\r\x12\x33\n\x0bspeculation\x18\x08 \x01(\x0b\x32\x1e.specserve.v1.SpeculationStats\x12,\n\x08logprobs\x18\t \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\x12\x33\n\x0fprompt_logprobs\x18\n \x03(\x0b\x32\x1a.specserve.v1.TokenLogprob\x12\x17\n\rstop_token_id\x18\x0b \x01(\x05H\x00\x12\x15\n\x0bstop_string\x18\x0c \x01(\tH\x00\x42\r\n\x0bstop_reason\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xe2\x01\n\x06Router\x12K\n\x08Generate\x12\x1d.specserve.v1.GenerateRequest\x1a\x1e.specserve.v1.GenerateResponse0\x01\x12@\n\x05\x41\x62ort\x12\x1a.specserve.v1.AbortRequest\x1a\x1b.specserve.v1.AbortResponse\x12I\n\x08\x44\x65scribe\x12#.specserve.v1.DescribeRouterRequest\x1a\x18.specserve.v1.RouterInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ROUTERINFO_FINISHEDENTRY']._loaded_options = None
   _globals['_ROUTERINFO_FINISHEDENTRY']._serialized_options = b'8\001'
-  _globals['_FINISHREASON']._serialized_start=1526
-  _globals['_FINISHREASON']._serialized_end=1646
+  _globals['_FINISHREASON']._serialized_start=1545
+  _globals['_FINISHREASON']._serialized_end=1665
   _globals['_DESCRIBEROUTERREQUEST']._serialized_start=58
   _globals['_DESCRIBEROUTERREQUEST']._serialized_end=81
   _globals['_ROUTERINFO']._serialized_start=84
@@ -45,15 +45,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKENIDS']._serialized_start=599
   _globals['_TOKENIDS']._serialized_end=622
   _globals['_GENERATEREQUEST']._serialized_start=625
-  _globals['_GENERATEREQUEST']._serialized_end=935
-  _globals['_SPECULATIONSTATS']._serialized_start=937
-  _globals['_SPECULATIONSTATS']._serialized_end=1030
-  _globals['_GENERATERESPONSE']._serialized_start=1033
-  _globals['_GENERATERESPONSE']._serialized_end=1454
-  _globals['_ABORTREQUEST']._serialized_start=1456
-  _globals['_ABORTREQUEST']._serialized_end=1490
-  _globals['_ABORTRESPONSE']._serialized_start=1492
-  _globals['_ABORTRESPONSE']._serialized_end=1524
-  _globals['_ROUTER']._serialized_start=1649
-  _globals['_ROUTER']._serialized_end=1875
+  _globals['_GENERATEREQUEST']._serialized_end=954
+  _globals['_SPECULATIONSTATS']._serialized_start=956
+  _globals['_SPECULATIONSTATS']._serialized_end=1049
+  _globals['_GENERATERESPONSE']._serialized_start=1052
+  _globals['_GENERATERESPONSE']._serialized_end=1473
+  _globals['_ABORTREQUEST']._serialized_start=1475
+  _globals['_ABORTREQUEST']._serialized_end=1509
+  _globals['_ABORTRESPONSE']._serialized_start=1511
+  _globals['_ABORTRESPONSE']._serialized_end=1543
+  _globals['_ROUTER']._serialized_start=1668
+  _globals['_ROUTER']._serialized_end=1894
 # @@protoc_insertion_point(module_scope)

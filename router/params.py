@@ -10,7 +10,6 @@ from model_runtime.sampling import SamplingOptions
 # vLLM's sampling fields this engine does not act on yet, each with the value
 # that asks for nothing: accepted at that value, refused at any other.
 NOT_YET: dict[str, object] = {
-    "bad_words": None,
     "detokenize": True,
 }
 
@@ -65,8 +64,10 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
-    # Accepted only at the value that asks for nothing (NOT_YET), for now.
+    # Words the output may not contain (each tokenized with and without a
+    # leading space, as vLLM does).
     bad_words: list[str] | None = None
+    # Accepted only at the value that asks for nothing (NOT_YET), for now.
     detokenize: bool = True
     stop_strings: list[str] = field(init=False, repr=False)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -206,7 +207,7 @@ def new_sequences(
             index=i,
             prompt_ids=list(prompt_ids),
             params=params,
-            options=_with_output_start(params.options(i), len(prompt_ids)),
+            options=_with_history(params.options(i), params, len(prompt_ids), tokenizer),
             detokenizer=IncrementalDetokenizer(tokenizer, prompt_ids, params.skip_special_tokens),
             eos_token_id=tokenizer.eos_token_id,
             max_model_len=max_model_len,
@@ -232,7 +233,17 @@ def check_prompt(
         raise ValueError(f"{where}token ids {bad[:5]} outside [0, {vocab_size})")
 
 
-def _with_output_start(options: SamplingOptions, prompt_len: int) -> SamplingOptions:
-    """A penalised sequence's options say where its output starts (the others
+def _with_history(
+    options: SamplingOptions, params: SamplingParams, prompt_len: int, tokenizer: Any
+) -> SamplingOptions:
+    """The options with the bad words as token sequences and, where sampling
+    looks back (penalties, bad words), where the output starts (the others
     stay alike, so that a batch's samplings cross the wire once)."""
-    return replace(options, output_start=prompt_len) if options.penalized else options
+    if params.bad_words:
+        words = {
+            tuple(tokenizer.encode(text, add_special_tokens=False))
+            for word in params.bad_words
+            for text in (word, " " + word)
+        }
+        options = replace(options, bad_words=tuple(sorted(w for w in words if w)))
+    return replace(options, output_start=prompt_len) if options.needs_history else options

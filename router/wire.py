@@ -38,6 +38,7 @@ def generate_request(
         ignore_eos=params.ignore_eos,
         min_tokens=params.min_tokens,
         include_stop_str_in_output=params.include_stop_str_in_output,
+        bad_words=params.bad_words or [],
     )
 
 
@@ -62,6 +63,7 @@ def params_from_request(m: rpb.GenerateRequest) -> SamplingParams:
         repetition_penalty=options.repetition_penalty,
         min_tokens=m.min_tokens,
         include_stop_str_in_output=m.include_stop_str_in_output,
+        bad_words=list(m.bad_words) or None,
     )
 
 

@@ -23,8 +23,9 @@ _BAD_ID, _BAD_PROB, _OVER_ONE = 1, 2, 4
 def _sampling_problem(request: VerifyRequest, vocab_size: int) -> str | None:
     o = request.sampling
     ids = [t for t, _ in o.logit_bias] + list(o.suppressed_ids)
+    ids += [t for word in o.bad_words for t in word]
     if any(t >= vocab_size for t in ids):
-        return f"logit_bias or suppressed token ids outside [0, {vocab_size})"
+        return f"logit_bias, suppressed or bad word token ids outside [0, {vocab_size})"
     return None
 
 

@@ -1,4 +1,5 @@
-"""Presence, frequency and repetition penalties, exact under speculation.
+"""Presence, frequency and repetition penalties and bad words, exact under
+speculation.
 
 A penalty depends on the tokens before the position it is applied at; at
 verify row j of a sequence those are its tokens so far and its first j
@@ -13,7 +14,8 @@ As vLLM and OpenAI define them: presence subtracts ``presence_penalty`` from
 the logit of every token the output holds, frequency subtracts
 ``frequency_penalty`` times its count; repetition divides a positive logit
 (multiplies a negative one) by ``repetition_penalty`` for every token of the
-prompt or the output.
+prompt or the output. A bad word's last token is masked wherever the output
+ends in the tokens before it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from model_runtime.sampling import SamplingOptions
 from protos.messages import VerifyRequest
 from target_worker.drafts import draft_tensor
 
@@ -35,14 +38,14 @@ class PenaltyHistory:
     def extend(self, batch: Sequence[VerifyRequest]) -> None:
         """Bring each penalised sequence's history to what this call appends."""
         for r in batch:
-            if r.sampling.penalized:
+            if r.sampling.needs_history:
                 held = self._tokens.get(r.tokens.seq_id, [])[: r.tokens.cached_len]
                 self._tokens[r.tokens.seq_id] = held + list(r.tokens.token_ids)
 
     def accept(self, batch: Sequence[VerifyRequest], outputs: Sequence[list[int]]) -> None:
         """Add the drafts each call accepted: every token but the last it gained."""
         for r, tokens in zip(batch, outputs, strict=True):
-            if r.sampling.penalized:
+            if r.sampling.needs_history:
                 self._tokens[r.tokens.seq_id] += tokens[:-1]
 
     def forget(self, seq_ids: Sequence[int]) -> None:
@@ -54,13 +57,13 @@ class PenaltyHistory:
     ) -> torch.Tensor:
         """logits [R = sum(k + 1), V] with every penalised sequence's rows
         penalised by their prefixes' counts (a copy; untouched when none is)."""
-        if not any(r.sampling.penalized for r in batch):
+        if not any(r.sampling.needs_history for r in batch):
             return logits
         out = logits.float().clone()
         drafts = draft_tensor(batch, out.device)  # [sum k], every request's in order
         row = drafted = 0
         for r, k in zip(batch, num_drafts, strict=True):
-            if r.sampling.penalized:
+            if r.sampling.needs_history:
                 rows = slice(row, row + k + 1)
                 out[rows] = self._penalised(out[rows], r, drafts[drafted : drafted + k])
             row, drafted = row + k + 1, drafted + k
@@ -90,4 +93,23 @@ class PenaltyHistory:
                 logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty
             )
             logits = torch.where(seen, scaled, logits)
-        return logits - o.frequency_penalty * counts - o.presence_penalty * (counts > 0).float()
+        logits = logits - o.frequency_penalty * counts - o.presence_penalty * (counts > 0).float()
+        if o.bad_words:
+            host = drafts.tolist()  # read back: bad words match token values
+            logits = _without_bad_words(logits, history[o.output_start :], host, o)
+        return logits
+
+
+def _without_bad_words(
+    logits: torch.Tensor, output: list[int], drafts: list[int], o: SamplingOptions
+) -> torch.Tensor:
+    """Row j [k + 1, V] masks the last token of every bad word whose other
+    tokens end the output followed by the first j drafts."""
+    masked = logits.clone()
+    for j in range(logits.shape[0]):
+        before = output + drafts[:j]
+        for word in o.bad_words:
+            head = list(word[:-1])
+            if not head or before[-len(head) :] == head:
+                masked[j, word[-1]] = -torch.inf
+    return masked

@@ -82,21 +82,25 @@ def test_with_a_logit_bias_and_min_tokens_it_follows_the_adjusted_distribution()
     first_tokens_follow(options, prompt_ids, torch.softmax(logits, -1))
 
 
-def test_with_penalties_it_follows_the_penalised_distribution() -> None:
-    # Half the prompt stands as output (presence and frequency count it), all
-    # of it for repetition; the draft proposes unpenalised.
+def test_with_penalties_and_bad_words_it_follows_the_adjusted_distribution() -> None:
+    # Half the prompt stands as output (presence, frequency and bad words see
+    # it), all of it for repetition; the draft proposes unpenalised.
     prompt_ids = prompt()
     start = len(prompt_ids) // 2
-    options = SamplingOptions(
-        temperature=1.0, presence_penalty=0.3, frequency_penalty=0.4,
-        repetition_penalty=1.4, output_start=start,
-    )  # fmt: skip
     logits = transformers_logits(prompt_ids).double()
     seen = torch.zeros_like(logits, dtype=torch.bool)
     seen[prompt_ids] = True
     logits = torch.where(seen, torch.where(logits > 0, logits / 1.4, logits * 1.4), logits)
     counts = torch.bincount(torch.tensor(prompt_ids[start:]), minlength=logits.shape[0])
     logits = logits - 0.4 * counts - 0.3 * (counts > 0)
+    order = logits.argsort(descending=True).tolist()
+    # A one-token bad word, and a two-token one whose first token ends the output.
+    bad_words = ((order[0],), (prompt_ids[-1], order[1]))
+    logits[[order[0], order[1]]] = -torch.inf
+    options = SamplingOptions(
+        temperature=1.0, presence_penalty=0.3, frequency_penalty=0.4,
+        repetition_penalty=1.4, output_start=start, bad_words=bad_words,
+    )  # fmt: skip
     first_tokens_follow(options, prompt_ids, torch.softmax(logits, -1))
 
 

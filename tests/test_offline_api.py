@@ -127,12 +127,10 @@ def test_token_ids_outside_the_vocabulary_are_refused(llm: LLM) -> None:
         llm.generate(["x"], SamplingParams(logit_bias={10**6: 1.0}), use_tqdm=False)
 
 
-@pytest.mark.parametrize("field", [{"bad_words": ["x"]}, {"detokenize": False}])
-def test_sampling_fields_not_built_yet_are_refused_by_name(field: dict) -> None:  # type: ignore[type-arg]
-    (name,) = field
-    with pytest.raises(ValueError, match=f"{name}=.* is not supported yet"):
-        SamplingParams(**field)
-    SamplingParams(bad_words=[], detokenize=True)  # asking for nothing
+def test_a_sampling_field_not_built_yet_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="detokenize=False is not supported yet"):
+        SamplingParams(detokenize=False)
+    SamplingParams(detokenize=True)  # asking for nothing
 
 
 @pytest.mark.parametrize(
@@ -173,3 +171,23 @@ def test_a_stop_string_can_stay_in_the_text_and_a_prompt_be_cut_to_its_tail(llm:
     (alone,) = llm.generate([TokensPrompt(prompt_token_ids=ids[-4:])], GREEDY, use_tqdm=False)
     assert tail.prompt_token_ids == ids[-4:]
     assert tail.outputs[0].token_ids == alone.outputs[0].token_ids[:6]
+
+
+def test_bad_words_never_appear_and_the_output_is_the_target_alones(
+    llm: LLM, target_only: LLM
+) -> None:
+    prompts = ["def fibonacci(n):", "import os\n"]
+    plain = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24), use_tqdm=False)
+    words = [w for w in plain[0].outputs[0].text.split() if w.isidentifier()][:2]
+    assert words, plain[0].outputs[0].text
+    params = SamplingParams(temperature=0, max_tokens=24, bad_words=words)
+    spec = llm.generate(prompts, params, use_tqdm=False)
+    alone = target_only.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in spec] == [o.outputs[0].token_ids for o in alone]
+    tokenizer = llm.get_tokenizer()
+    for out in spec:
+        ids = out.outputs[0].token_ids
+        for word in words:
+            for text in (word, " " + word):
+                seq = tokenizer.encode(text, add_special_tokens=False)
+                assert not any(ids[i : i + len(seq)] == seq for i in range(len(ids))), word

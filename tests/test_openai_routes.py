@@ -115,11 +115,11 @@ def test_stop_reason_names_the_stop_string_that_ended_a_choice(server: str) -> N
     [
         (b'{"prompt": "x", ', "not valid JSON"),
         ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream is true"),
-        ({"prompt": "x", "bad_words": ["a"]}, "bad_words=['a'] is not supported"),
+        ({"prompt": "x", "best_of": 2}, "best_of=2 is not supported"),
         ({"prompt": "x", "suffix": "y"}, "suffix='y' is not supported"),
         ({"prompt": "x", "frobnicate": 1}, "frobnicate: unknown field"),
     ],
-    ids=["malformed-json", "stream-options-alone", "bad-words", "suffix", "unknown-field"],
+    ids=["malformed-json", "stream-options-alone", "best-of", "suffix", "unknown-field"],
 )
 def test_what_the_server_does_not_do_is_refused_by_name(
     server: str, body: bytes | dict[str, Any], message: str
@@ -127,7 +127,7 @@ def test_what_the_server_does_not_do_is_refused_by_name(
     status, reply = post(server, "/v1/completions", body)
     assert status == 400 and message in reply["error"]["message"]
     # and it keeps serving; a field at the value that asks for nothing is taken
-    ok = {"prompt": "x", "max_tokens": 2, "bad_words": [], "best_of": 1}
+    ok = {"prompt": "x", "max_tokens": 2, "suffix": None, "best_of": 1}
     assert post(server, "/v1/completions", ok)[0] == 200
 
 
