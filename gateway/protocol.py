@@ -7,18 +7,17 @@ SamplingParams; any failure becomes a 400 with OpenAI's error JSON.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from router.params import NOT_YET as SAMPLING_NOT_YET
-from router.params import SamplingParams, refuse_unsupported
+from router.params import SamplingParams
 
 # Fields of the OpenAI API and vLLM's extensions that this server does not
 # act on yet, each with the value that asks for nothing: sent with that value
 # they are accepted, with any other refused, never ignored.
 NOT_YET: dict[str, object] = {
-    **SAMPLING_NOT_YET,
     "best_of": 1,
     "suffix": None,
     "response_format": None,
@@ -31,6 +30,14 @@ NOT_YET: dict[str, object] = {
     "tool_choice": None,
     "parallel_tool_calls": None,
 }
+
+
+def refuse_unsupported(values: Mapping[str, object]) -> None:
+    """ValueError naming the first field of ``values`` that asks for more than
+    NOT_YET says it may (an empty list or dict asks for nothing too)."""
+    for name, value in values.items():
+        if name in NOT_YET and value != NOT_YET[name] and value not in ({}, []):
+            raise ValueError(f"{name}={value!r} is not supported yet; leave it out")
 
 
 class SamplingFields(BaseModel):
@@ -79,7 +86,7 @@ class SamplingFields(BaseModel):
     def _nothing_ignored(self) -> SamplingFields:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options can only be set when stream is true")
-        refuse_unsupported({n: getattr(self, n) for n in NOT_YET if hasattr(self, n)}, NOT_YET)
+        refuse_unsupported({n: getattr(self, n) for n in NOT_YET if hasattr(self, n)})
         return self
 
     def sampling_params(self, default_max_tokens: int | None) -> SamplingParams:

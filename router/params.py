@@ -2,26 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from model_runtime.sampling import SamplingOptions
-
-# vLLM's sampling fields this engine does not act on yet, each with the value
-# that asks for nothing: accepted at that value, refused at any other.
-NOT_YET: dict[str, object] = {
-    "detokenize": True,
-}
-
-
-def refuse_unsupported(
-    values: Mapping[str, object], nothing: Mapping[str, object] = NOT_YET
-) -> None:
-    """ValueError naming the first field of ``values`` that asks for more than
-    ``nothing`` says it may (an empty list or dict asks for nothing too)."""
-    for name, value in values.items():
-        if name in nothing and value != nothing[name] and value not in ({}, []):
-            raise ValueError(f"{name}={value!r} is not supported yet; leave it out")
 
 
 @dataclass
@@ -67,7 +50,7 @@ class SamplingParams:
     # Words the output may not contain (each tokenized with and without a
     # leading space, as vLLM does).
     bad_words: list[str] | None = None
-    # Accepted only at the value that asks for nothing (NOT_YET), for now.
+    # False: token ids only, no text (and so no stop strings).
     detokenize: bool = True
     stop_strings: list[str] = field(init=False, repr=False)
 
@@ -103,7 +86,8 @@ class SamplingParams:
                 f"truncate_prompt_tokens must be >= 1, got {self.truncate_prompt_tokens}"
             )
         self.options(0)  # validates the sampling fields, seed and logprobs
-        refuse_unsupported({name: getattr(self, name) for name in NOT_YET})
+        if not self.detokenize and self.stop_strings:
+            raise ValueError("stop strings need the text: they take detokenize=True")
 
     @property
     def greedy(self) -> bool:

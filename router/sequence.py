@@ -137,7 +137,8 @@ class SequenceState:
         self.output_ids.extend(kept)
         if logprobs:
             self.logprobs.extend(logprobs[:end])
-        self.detokenizer.extend(kept)
+        if self.params.detokenize:
+            self.detokenizer.extend(kept)
 
     def _first_finishing(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` to keep: up to the first that stops the

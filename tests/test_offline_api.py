@@ -127,10 +127,15 @@ def test_token_ids_outside_the_vocabulary_are_refused(llm: LLM) -> None:
         llm.generate(["x"], SamplingParams(logit_bias={10**6: 1.0}), use_tqdm=False)
 
 
-def test_a_sampling_field_not_built_yet_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="detokenize=False is not supported yet"):
-        SamplingParams(detokenize=False)
-    SamplingParams(detokenize=True)  # asking for nothing
+def test_without_detokenizing_only_token_ids_come_back(llm: LLM) -> None:
+    bare = SamplingParams(temperature=0, max_tokens=8, detokenize=False)
+    (out,) = llm.generate(["def f(x):"], bare, use_tqdm=False)
+    (text,) = llm.generate(
+        ["def f(x):"], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False
+    )
+    assert out.outputs[0].text == "" and out.outputs[0].token_ids == text.outputs[0].token_ids
+    with pytest.raises(ValueError, match="stop strings need the text"):
+        SamplingParams(detokenize=False, stop=["x"])
 
 
 @pytest.mark.parametrize(
