@@ -8,6 +8,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 
 from router.metrics import EngineCollector, EngineStats
 
+# The gateway's histograms by their vLLM names.
+VLLM_NAMES = {
+    "ttft": "time_to_first_token_seconds",
+    "latency": "e2e_request_latency_seconds",
+    "itl": "inter_token_latency_seconds",
+}
 ITL_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -53,11 +59,9 @@ class GatewayMetrics:
         """One observation of the histogram ``name`` (``ttft``, ``latency``,
         ``itl``), under both names."""
         getattr(self, name).observe(seconds)
-        vllm = {"ttft": "time_to_first_token_seconds", "latency": "e2e_request_latency_seconds"}
         model = self.model()
         if model is not None:
-            key = vllm.get(name, "inter_token_latency_seconds")
-            self.vllm[key].labels(model).observe(seconds)
+            self.vllm[VLLM_NAMES[name]].labels(model).observe(seconds)
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

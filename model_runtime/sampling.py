@@ -188,8 +188,11 @@ def adjusted_logits(
             values += [-math.inf] * len(o.suppressed_ids)
         start += n
     out = logits.float().clone()  # the caller's logits stay raw (logprobs read them)
-    index = (torch.tensor(rows, device=out.device), torch.tensor(cols, device=out.device))
-    out.index_put_(index, torch.tensor(values, device=out.device), accumulate=True)
+    index = (
+        device_tensor(rows, torch.long, out.device),
+        device_tensor(cols, torch.long, out.device),
+    )
+    out.index_put_(index, device_tensor(values, torch.float32, out.device), accumulate=True)
     return out
 
 

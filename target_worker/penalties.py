@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
+from model_runtime.host_copy import device_tensor
 from model_runtime.sampling import SamplingOptions
 from protos.messages import VerifyRequest
 from target_worker.drafts import draft_tensor
@@ -74,26 +75,10 @@ class PenaltyHistory:
     ) -> torch.Tensor:
         """One sequence's rows [k + 1, V]: row j penalised as if its first j
         drafts ([k], on the device) were accepted."""
-        o, (rows, vocab) = r.sampling, logits.shape
+        o = r.sampling
         history = self._tokens[r.tokens.seq_id]
-        device = logits.device
-        output = torch.tensor(history[o.output_start :], dtype=torch.long, device=device)
-        counts = torch.bincount(output, minlength=vocab).float().repeat(rows, 1)  # [k + 1, V]
-        if rows > 1:
-            # Draft i counts at rows i + 1 .. k.
-            pairs = [(row, i) for i in range(rows - 1) for row in range(i + 1, rows)]
-            at = torch.tensor([p[0] for p in pairs], device=device)
-            which = torch.tensor([p[1] for p in pairs], device=device)
-            ones = torch.ones(len(pairs), device=device)
-            counts.index_put_((at, drafts[which].long()), ones, accumulate=True)
-        if o.repetition_penalty != 1.0:
-            prompt = torch.tensor(history[: o.output_start], dtype=torch.long, device=device)
-            seen = (torch.bincount(prompt, minlength=vocab) > 0) | (counts > 0)
-            scaled = torch.where(
-                logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty
-            )
-            logits = torch.where(seen, scaled, logits)
-        logits = logits - o.frequency_penalty * counts - o.presence_penalty * (counts > 0).float()
+        if o.penalized:
+            logits = _with_penalties(logits, history, drafts, o)
         if o.bad_words:
             host = drafts.tolist()  # read back: bad words match token values
             logits = _without_bad_words(logits, history[o.output_start :], host, o)
@@ -113,3 +98,29 @@ def _without_bad_words(
             if not head or before[-len(head) :] == head:
                 masked[j, word[-1]] = -torch.inf
     return masked
+
+
+def _with_penalties(
+    logits: torch.Tensor, history: list[int], drafts: torch.Tensor, o: SamplingOptions
+) -> torch.Tensor:
+    """Rows [k + 1, V] with the presence, frequency and repetition penalties
+    of each row's prefix: the history and the drafts ([k], on the device)
+    before that row."""
+    (rows, vocab), device = logits.shape, logits.device
+    output = device_tensor(history[o.output_start :], torch.long, device)
+    counts = torch.bincount(output, minlength=vocab).float().repeat(rows, 1)  # [k + 1, V]
+    if rows > 1:
+        # Draft i counts at rows i + 1 .. k.
+        pairs = [(row, i) for i in range(rows - 1) for row in range(i + 1, rows)]
+        at = device_tensor([p[0] for p in pairs], torch.long, device)
+        which = device_tensor([p[1] for p in pairs], torch.long, device)
+        ones = torch.ones(len(pairs), device=device)
+        counts.index_put_((at, drafts[which].long()), ones, accumulate=True)
+    if o.repetition_penalty != 1.0:
+        prompt = device_tensor(history[: o.output_start], torch.long, device)
+        seen = (torch.bincount(prompt, minlength=vocab) > 0) | (counts > 0)
+        scaled = torch.where(
+            logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty
+        )
+        logits = torch.where(seen, scaled, logits)
+    return logits - o.frequency_penalty * counts - o.presence_penalty * (counts > 0).float()
