@@ -40,7 +40,9 @@ def run_the_seeds_client_code(server: str, stream: bool) -> None:
         assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     else:
         text = completion.choices[0].text
-        assert completion.usage.completion_tokens == 16  # OpenAI's default max_tokens
+        # OpenAI's default max_tokens is 16; a sampled end of text may come sooner
+        used, reason = completion.usage.completion_tokens, completion.choices[0].finish_reason
+        assert used == 16 if reason == "length" else used < 16
     assert text
 
 
@@ -252,6 +254,7 @@ def test_chat_logprobs_have_the_apis_shape(server: str, stream: bool) -> None:
         logprobs=True,
         top_logprobs=2,
         stream=stream,
+        extra_body={"ignore_eos": True},  # a sampled end of text would cut the six short
     )
     if stream:
         # The opening chunk names the role alone, without logprobs.
