@@ -13,7 +13,8 @@ from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
-from router.loop import Delta, EngineLoop
+from router.deltas import Delta
+from router.loop import EngineLoop
 from router.metrics import EngineStats
 from router.params import SamplingParams
 
@@ -99,7 +100,7 @@ class LocalBackend:
         events = asyncio.get_running_loop()
         deltas: asyncio.Queue[Delta] = asyncio.Queue()
 
-        def on_delta(delta: Delta) -> None:  # on the engine loop's thread
+        def on_delta(delta: Delta) -> None:  # on the engine loop's publisher thread
             try:
                 events.call_soon_threadsafe(deltas.put_nowait, delta)
             except RuntimeError:  # the gateway's event loop has closed

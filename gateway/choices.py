@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from gateway.backends import Backend, Completion, Overloaded, Unavailable
 from gateway.protocol import GatewayError, SamplingFields
-from router.loop import Delta
+from router.deltas import Delta
 from router.params import SamplingParams, kept_prompt
 
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from gateway.choices import Choice
 from model_runtime.logprobs import TokenLogprob
-from router.loop import Delta
+from router.deltas import Delta
 
 Decode = Callable[[int], str]
 

@@ -19,7 +19,7 @@ from gateway.choices import Choice, abort_all, merge, refusal
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import GatewayError, error_body
 from gateway.render import Renderer
-from router.loop import Delta
+from router.deltas import Delta
 
 # How often a stream looks whether the server is cutting streams.
 DRAIN_POLL_S = 0.5

@@ -25,8 +25,8 @@ from model_runtime.resolve import resolve_model
 from protos import router_pb2 as rpb
 from protos.router_pb2_grpc import RouterStub
 from protos.tls import PLAIN, TlsConfig
+from router.deltas import Delta
 from router.grpc_clients import CHANNEL_OPTIONS
-from router.loop import Delta
 from router.metrics import EngineStats, SpeculationMetrics
 from router.params import SamplingParams
 from router.sequence import check_prompt

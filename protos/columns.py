@@ -30,10 +30,11 @@ Drafted = tuple[Sequence[int], torch.Tensor | None, torch.Tensor | None]
 
 def split(flat: Sequence[int], counts: Sequence[int]) -> list[list[int]]:
     """``flat`` cut into consecutive lists of ``counts[i]`` items (which must add up)."""
+    flat = list(flat)  # one copy out of a protobuf field; its slices are lists then
     if sum(counts) != len(flat):
         raise ValueError(f"{len(flat)} tokens for counts adding up to {sum(counts)}")
     ends = list(accumulate(counts))
-    return [list(flat[end - n : end]) for n, end in zip(counts, ends, strict=True)]
+    return [flat[end - n : end] for n, end in zip(counts, ends, strict=True)]
 
 
 def _check_lengths(what: str, expected: int, **columns: Sequence[object]) -> None:
@@ -46,14 +47,23 @@ def sequences_to_proto(
     tokens: Sequence[SequenceTokens], options: Sequence[SamplingOptions]
 ) -> pb.SequenceBatch:
     distinct: dict[SamplingOptions, int] = {}
-    index = [distinct.setdefault(o, len(distinct)) for o in options]
-    flat: list[int] = []
+    seen: dict[int, int] = {}  # by identity first: sequences mostly share one object
+    index = []
+    for o in options:
+        i = seen.get(id(o))
+        if i is None:
+            i = seen[id(o)] = distinct.setdefault(o, len(distinct))
+        index.append(i)
+    seq_ids, cached_lens, num_tokens, flat = [], [], [], []
     for t in tokens:
+        seq_ids.append(t.seq_id)
+        cached_lens.append(t.cached_len)
+        num_tokens.append(len(t.token_ids))
         flat += t.token_ids
     return pb.SequenceBatch(
-        seq_ids=[t.seq_id for t in tokens],
-        cached_lens=[t.cached_len for t in tokens],
-        num_tokens=[len(t.token_ids) for t in tokens],
+        seq_ids=seq_ids,
+        cached_lens=cached_lens,
+        num_tokens=num_tokens,
         token_ids=flat,
         samplings=[sampling_to_proto(o) for o in distinct],
         sampling_index=index,

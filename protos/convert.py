@@ -75,7 +75,7 @@ def propose_result_from_proto(
     n = len(requests)
     statuses = statuses_from_proto(m.failed, n)
     return [
-        Proposal(r.tokens.seq_id, status, list(tokens), ids, probs)
+        Proposal(r.tokens.seq_id, status, tokens, ids, probs)
         for r, status, (tokens, ids, probs) in zip(
             requests, statuses, drafts_from_proto(m.drafts, n), strict=True
         )

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from model_runtime.errors import WorkerUnavailableError
 from model_runtime.logprobs import TokenLogprob
+from model_runtime.sampling import SamplingOptions
 from model_runtime.status import StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
 from router.adaptive import KChooser
@@ -68,9 +69,10 @@ class LLMEngine:
         self.scheduler = Scheduler.within(
             self.targets.infos, workers.block_size, self.k, self.max_model_len, max_seqs
         )
-        # Sequence ids start at a random point, so that several routers can share
-        # workers without their ids meeting.
+        # Ids start at random, so that several routers' ids meet on no worker.
         self._seq_ids = itertools.count(secrets.randbits(56))
+        shared: dict[SamplingOptions, SamplingOptions] = {}  # equal options, one object
+        self._new_with = (self.tokenizer, self.max_model_len, shared)  # for new_sequences
         self.stats_log = StatsLog(config.log_stats_interval_s, logger)
         self.releases = PendingReleases()
 
@@ -115,9 +117,7 @@ class LLMEngine:
         """Queue ``params.n`` completions of a tokenized prompt; return their states."""
         self.check_prompt(request_id, prompt_ids)
         params.check_token_ids(self.workers.vocab_size)
-        states = new_sequences(
-            self._seq_ids, request_id, prompt_ids, params, self.tokenizer, self.max_model_len
-        )
+        states = new_sequences(self._seq_ids, request_id, prompt_ids, params, *self._new_with)
         self.waiting.extend(states)
         self.requests.prompt_tokens += len(prompt_ids) * len(states)
         return states

@@ -2,9 +2,10 @@
 
 Callers on other threads (gRPC handlers, the HTTP gateway's event loop) submit
 requests with a callback for their deltas; the loop thread alone touches the
-engine: it applies queued submissions and aborts, runs a step, and hands every
-sequence's new tokens and text to its caller's callback (which must not block:
-put it on a queue). Text that a stop string might still cut is held back.
+engine: it applies queued submissions and aborts, runs a step, and notes every
+sequence's new tokens for the publisher (``router.deltas``), whose thread
+decodes their text and calls the caller's callback (which must not block:
+put it on a queue).
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import queue
 import secrets
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from model_runtime.logprobs import TokenLogprob
+from router.deltas import Delta, Publisher, Stream
 from router.engine import LLMEngine
 from router.params import SamplingParams
-from router.sequence import SequenceState
 
 logger = logging.getLogger(__name__)
 
@@ -27,23 +27,6 @@ logger = logging.getLogger(__name__)
 IDLE_CHECK_S = 1.0
 # How long a loop whose requests all wait for KV room waits between steps.
 STALLED_WAIT_S = 0.05
-
-
-@dataclass
-class Delta:
-    """New output of one request since its previous delta."""
-
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    num_drafts: int
-    num_draft_tokens: int
-    num_accepted_tokens: int
-    error: str | None = None
-    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token, if asked
-    prompt_logprobs: list[TokenLogprob] | None = None  # in the first delta, if asked
-    # In the last delta: the stop token id or stop string that ended it (None: EOS, length)
-    stop_reason: int | str | None = None
 
 
 class DuplicateRequestError(ValueError):
@@ -67,14 +50,6 @@ class _Look:
     """Apply the pools' membership changes (discovery found or lost a worker)."""
 
 
-@dataclass
-class _Stream:
-    seq: SequenceState
-    on_delta: Callable[[Delta], None]
-    sent_tokens: int = 0
-    sent_text: int = 0
-
-
 @dataclass(frozen=True)
 class Health:
     serving: bool  # a target worker is reachable
@@ -89,7 +64,8 @@ class EngineLoop:
         self._on_health_change = on_health_change
         self.health = Health(engine.serving, engine.speculating)
         self._commands: queue.Queue[_Add | _Abort | _Look | None] = queue.Queue()
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, Stream] = {}
+        self._publisher = Publisher()
         # Ids of the requests submitted and not finished, kept by callers' threads.
         self._active: set[str] = set()
         self._active_lock = threading.Lock()
@@ -113,8 +89,8 @@ class EngineLoop:
         params: SamplingParams,
         on_delta: Callable[[Delta], None],
     ) -> None:
-        """Queue a request whose deltas go to ``on_delta`` (called on the loop
-        thread); raises ValueError for a prompt the engine cannot serve, and
+        """Queue a request whose deltas go to ``on_delta`` (called on the
+        publisher's thread); raises ValueError for a prompt the engine cannot serve, and
         DuplicateRequestError for an id already in flight."""
         self.engine.check_prompt(request_id, prompt_ids)
         with self._active_lock:
@@ -147,6 +123,7 @@ class EngineLoop:
         self._thread.join(timeout=30)
         if not self._thread.is_alive():
             self._fail_all("the server is shutting down")
+        self._publisher.stop()
         self.engine.close()
 
     def _apply(self, command: _Add | _Abort | _Look | None) -> None:
@@ -155,23 +132,13 @@ class EngineLoop:
             self._report_health()
         elif isinstance(command, _Add):
             (seq,) = self.engine.add_request(command.request_id, command.prompt_ids, command.params)
-            self._streams[command.request_id] = _Stream(seq, command.on_delta)
+            self._streams[command.request_id] = Stream(seq, command.on_delta)
         elif isinstance(command, _Abort):
             stream = self._streams.get(command.request_id)
             self._finished(command.request_id)
             if stream is not None and not stream.seq.finished:
                 self.engine.abort(command.request_id)
-                counts = stream.seq.counts
-                stream.on_delta(
-                    Delta(
-                        [],
-                        "",
-                        "abort",
-                        counts.num_drafts,
-                        counts.num_draft_tokens,
-                        counts.num_accepted_tokens,
-                    )
-                )
+                self._publisher.end(stream, "abort")
 
     def _run(self) -> None:
         while not self._stopped.is_set():
@@ -217,35 +184,11 @@ class EngineLoop:
                 self._on_health_change(health)
 
     def _publish(self) -> None:
-        for request_id, stream in list(self._streams.items()):
-            seq = stream.seq
-            held_back = (
-                0 if seq.finished else max((len(s) - 1 for s in seq.params.stop_strings), default=0)
-            )
-            text_end = max(stream.sent_text, len(seq.text) - held_back)
-            new_tokens = seq.output_ids[stream.sent_tokens :]
-            if not new_tokens and not seq.finished:
-                continue
-            stream.on_delta(
-                Delta(
-                    token_ids=new_tokens,
-                    text=seq.text[stream.sent_text : text_end],
-                    finish_reason=seq.finish_reason,
-                    num_drafts=seq.counts.num_drafts,
-                    num_draft_tokens=seq.counts.num_draft_tokens,
-                    num_accepted_tokens=seq.counts.num_accepted_tokens,
-                    error=seq.error,
-                    logprobs=seq.logprobs[stream.sent_tokens :],
-                    prompt_logprobs=seq.prompt_logprobs if not stream.sent_tokens else None,
-                    stop_reason=seq.stop_reason if seq.finished else None,
-                )
-            )
-            stream.sent_tokens, stream.sent_text = len(seq.output_ids), text_end
-            if seq.finished:
-                self._finished(request_id)
+        for stream in self._publisher.note(list(self._streams.values())):
+            self._finished(stream.seq.request_id)
 
     def _fail_all(self, message: str) -> None:
         for request_id, stream in list(self._streams.items()):
-            stream.on_delta(Delta([], "", "abort", 0, 0, 0, error=message))
+            self._publisher.end(stream, "abort", error=message)
             self.engine.abort(request_id)
             self._finished(request_id)

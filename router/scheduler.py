@@ -73,6 +73,8 @@ class Scheduler:
         """Take the waiting sequences that fit, each placed on the reachable
         target (a key of ``free_blocks``) with the most room; they are not
         running until their prefill succeeds."""
+        if not self.waiting:  # most rounds: spare the sums over the running batch
+            return {}
         room = {t: free - self.growth_blocks(self.on(t)) for t, free in free_blocks.items()}
         placed: dict[int, list[SequenceState]] = {t: [] for t in free_blocks}
         tokens = dict.fromkeys(free_blocks, 0)  # of each target's prefill call

@@ -15,6 +15,9 @@ from model_runtime.sampling import SamplingOptions
 from router.detokenizer import IncrementalDetokenizer
 from router.params import SamplingParams
 
+# Distinct sampling options an engine keeps to share (then it starts over).
+MAX_SHARED_SAMPLINGS = 1024
+
 
 @dataclass
 class SpeculationCounts:
@@ -72,6 +75,7 @@ class SequenceState:
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per output token, if asked
     prompt_logprobs: list[TokenLogprob] | None = None  # once the prefill returned them
     times: RequestTimes = field(default_factory=RequestTimes)
+    decoded: int = 0  # output tokens the detokenizer has seen
 
     @property
     def all_ids(self) -> list[int]:
@@ -104,6 +108,16 @@ class SequenceState:
 
     @property
     def text(self) -> str:
+        return self.text_of(len(self.output_ids))
+
+    def text_of(self, num_tokens: int) -> str:
+        """The text of the first ``num_tokens`` output tokens at least, decoding
+        those not decoded yet. Without stop strings a round appends tokens
+        undecoded: whoever reads the text pays for it, off the round's path.
+        With stop strings every token is decoded as it comes (one may stop it)."""
+        if self.params.detokenize and self.decoded < num_tokens:
+            self.detokenizer.extend(self.output_ids[self.decoded : num_tokens])
+            self.decoded = num_tokens
         return self.detokenizer.text
 
     def stamp(self) -> None:
@@ -123,9 +137,9 @@ class SequenceState:
 
     def append(self, token_ids: list[int], logprobs: list[TokenLogprob] | None = None) -> None:
         """Append generated tokens (and their logprobs, when asked) until one of
-        them finishes the sequence. Without stop strings the text is decoded
-        once for all of them; with stop strings, token by token (one may end
-        in the middle of the tokens)."""
+        them finishes the sequence. Without stop strings they are not decoded
+        here (``text_of``); with stop strings, token by token (one may end in
+        the middle of the tokens)."""
         if self.params.stop_strings:
             for i, token in enumerate(token_ids):
                 self._append_one(token, logprobs[i] if logprobs else None)
@@ -137,8 +151,6 @@ class SequenceState:
         self.output_ids.extend(kept)
         if logprobs:
             self.logprobs.extend(logprobs[:end])
-        if self.params.detokenize:
-            self.detokenizer.extend(kept)
 
     def _first_finishing(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` to keep: up to the first that stops the
@@ -166,6 +178,7 @@ class SequenceState:
             self.logprobs.append(logprob)
         searched = len(self.detokenizer.text)  # stop strings were looked for up to here
         self.detokenizer.push(token)
+        self.decoded += 1
         if p.stop_token_ids and token in p.stop_token_ids:
             self.finish_reason, self.stop_reason = "stop", token
         elif token == self.eos_token_id and not p.ignore_eos:
@@ -199,8 +212,18 @@ def new_sequences(
     params: SamplingParams,
     tokenizer: PreTrainedTokenizerBase,
     max_model_len: int,
+    shared: dict[SamplingOptions, SamplingOptions],
 ) -> list[SequenceState]:
-    """The ``params.n`` completions of one prompt, each with the next id of ``seq_ids``."""
+    """The ``params.n`` completions of one prompt, each with the next id of
+    ``seq_ids``; their options are those of ``shared`` where equal (added
+    there if not), so that a batch's sequences mostly share one object, told
+    apart from others by identity when a batch crosses the wire."""
+    if len(shared) > MAX_SHARED_SAMPLINGS:  # seeded requests each have their own
+        shared.clear()
+    options = [
+        _with_history(params.options(i), params, len(prompt_ids), tokenizer)
+        for i in range(params.n)
+    ]
     return [
         SequenceState(
             seq_id=next(seq_ids),
@@ -208,12 +231,12 @@ def new_sequences(
             index=i,
             prompt_ids=list(prompt_ids),
             params=params,
-            options=_with_history(params.options(i), params, len(prompt_ids), tokenizer),
+            options=shared.setdefault(o, o),
             detokenizer=IncrementalDetokenizer(tokenizer, prompt_ids, params.skip_special_tokens),
             eos_token_id=tokenizer.eos_token_id,
             max_model_len=max_model_len,
         )
-        for i in range(params.n)
+        for i, o in enumerate(options)
     ]
 
 

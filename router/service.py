@@ -26,10 +26,11 @@ from protos.sessions import new_session
 from protos.tls import PLAIN, TlsConfig
 from router.clients import DraftClient
 from router.config import EngineConfig, SpeculativeConfig
+from router.deltas import Delta
 from router.discovery import Discovery, split_addresses
 from router.engine import LLMEngine
 from router.grpc_clients import GrpcDraftClient
-from router.loop import Delta, DuplicateRequestError, EngineLoop, Health
+from router.loop import DuplicateRequestError, EngineLoop, Health
 from router.metrics import EngineCollector
 from router.service_config import RouterConfig, router_name
 from router.wire import delta_to_response, params_from_request, router_info

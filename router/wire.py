@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from protos import router_pb2 as rpb
 from protos.fields import logprob_from_proto, logprob_to_proto, sampling_from_proto
 from protos.fields import sampling_to_proto as options_to_proto
-from router.loop import Delta
+from router.deltas import Delta
 from router.metrics import EngineStats, RequestCounts, SpeculationMetrics
 from router.params import SamplingParams
 
