@@ -97,6 +97,11 @@ class Scheduler:
         """The newest sequences of ``target`` to preempt so that its next round
         fits in its ``free_blocks`` (counting what preempting them frees)."""
         on_target, chosen = self.on(target), []
+        # A running sequence's target lacks its last token: a round adds k + 2
+        # tokens at most, which span one block more than they fill at most.
+        most = blocks_for(self.k + 2, self.block_size) + 1
+        if free_blocks >= most * len(on_target):  # most rounds: room for all, surely
+            return []
         while len(on_target) > 1 and free_blocks < self.growth_blocks(on_target):
             victim = on_target.pop()
             free_blocks += blocks_for(victim.target_cached, self.block_size)

@@ -76,6 +76,10 @@ class SequenceState:
     prompt_logprobs: list[TokenLogprob] | None = None  # once the prefill returned them
     times: RequestTimes = field(default_factory=RequestTimes)
     decoded: int = 0  # output tokens the detokenizer has seen
+    num_tokens: int = field(init=False)  # of all_ids, kept as tokens are appended
+
+    def __post_init__(self) -> None:
+        self.num_tokens = len(self.prompt_ids) + len(self.output_ids)
 
     @property
     def all_ids(self) -> list[int]:
@@ -97,10 +101,6 @@ class SequenceState:
         eos = [] if self.params.ignore_eos or self.eos_token_id is None else [self.eos_token_id]
         suppressed = tuple(sorted({*eos, *(self.params.stop_token_ids or [])}))
         return replace(self.options, min_tokens_left=left, suppressed_ids=suppressed)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
 
     @property
     def finished(self) -> bool:
@@ -149,6 +149,7 @@ class SequenceState:
         end = self._first_finishing(token_ids)
         kept = token_ids[:end]
         self.output_ids.extend(kept)
+        self.num_tokens += len(kept)
         if logprobs:
             self.logprobs.extend(logprobs[:end])
 
@@ -174,6 +175,7 @@ class SequenceState:
     def _append_one(self, token: int, logprob: TokenLogprob | None) -> None:
         p = self.params
         self.output_ids.append(token)
+        self.num_tokens += 1
         if logprob is not None:
             self.logprobs.append(logprob)
         searched = len(self.detokenizer.text)  # stop strings were looked for up to here
