@@ -3,7 +3,9 @@
 For a batch it rewinds each sequence to the tokens the router says are still
 valid, appends the tokens it is sent, then runs k batched autoregressive steps.
 Each step samples under the request's own parameters from the draft's
-processed distribution truncated to its top-N tokens and renormalised; that
+processed distribution (with the target's bias, suppression, penalties and
+bad words at that position: ``draft_worker.penalties``) truncated to its
+top-N tokens and renormalised; that
 truncated q is exactly what the token was drawn from, and it is returned with
 the token (rejection sampling is lossless for any q). A greedy draft's q is
 one-hot on its argmax, which is what the target assumes of a draft sent
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from draft_worker.penalties import DraftHistory
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
 from model_runtime.runner import ModelRunner
@@ -62,6 +65,11 @@ class DraftWorker(LocalWorker):
         self.tp = tp
         self.top_n = min(config.top_n, runner.vocab_size)
         self.randomness = RowRandomness(self.device, config.seed + 1)
+        self.history = DraftHistory()
+
+    def release(self, seq_ids: Sequence[int]) -> int:
+        self.history.forget(seq_ids)
+        return super().release(seq_ids)
 
     @torch.inference_mode()
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
@@ -90,8 +98,11 @@ class DraftWorker(LocalWorker):
         drafted: torch.Tensor | None = None  # [B] the last step's tokens, on the device
         options = [r.sampling for r in batch]
         adjusts = any(o.adjusts_logits for o in options)
+        penalties = self.history.start(batch, self.runner.vocab_size, self.device)
         for step in range(k):
             logits = self.runner.forward(chunks, drafted)  # [B, V]
+            if penalties is not None:  # the target's penalties and bad words, as it applies them
+                logits = penalties.apply(logits)
             if adjusts:  # the target's bias and suppression, at this step's position
                 logits = adjusted_logits(logits, _at_step(options, step), [1] * len(batch))
             if all_greedy:  # q is one-hot on the argmax: no softmax, no top-N
@@ -108,10 +119,13 @@ class DraftWorker(LocalWorker):
                 ids.append(step_ids)
                 probs.append(step_probs)
             tokens.append(drafted)
+            if penalties is not None:
+                penalties.advance(drafted)
             # The next step feeds these tokens from the device: no host sync.
             chunks = [SequenceChunk(c.seq_id, [0]) for c in chunks]
         # Left on the device: read back with the verify's results, or by the wire.
         drafts = DraftedBatch(torch.stack(tokens, 1))  # [B, k]
+        self.history.finish(batch, drafts)
         if all_greedy:  # no q: the target takes a draft without one as one-hot
             return [
                 Proposal(r.tokens.seq_id, OK, DeviceTokens(drafts, b, k))

@@ -10,12 +10,8 @@ and then by the drafts accepted), and each row is penalised with the counts
 of that row's own prefix. Rejection sampling then samples exactly the
 penalised distribution, as decoding alone would.
 
-As vLLM and OpenAI define them: presence subtracts ``presence_penalty`` from
-the logit of every token the output holds, frequency subtracts
-``frequency_penalty`` times its count; repetition divides a positive logit
-(multiplies a negative one) by ``repetition_penalty`` for every token of the
-prompt or the output. A bad word's last token is masked wherever the output
-ends in the tokens before it.
+The penalties are ``model_runtime.penalties``'s. A bad word's last token is
+masked wherever the output ends in the tokens before it.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from model_runtime.host_copy import device_tensor
+from model_runtime.penalties import penalized_logits
 from model_runtime.sampling import SamplingOptions
 from protos.messages import VerifyRequest
 from target_worker.drafts import draft_tensor
@@ -116,11 +113,11 @@ def _with_penalties(
         which = device_tensor([p[1] for p in pairs], torch.long, device)
         ones = torch.ones(len(pairs), device=device)
         counts.index_put_((at, drafts[which].long()), ones, accumulate=True)
+    prompt_seen = None
     if o.repetition_penalty != 1.0:
         prompt = device_tensor(history[: o.output_start], torch.long, device)
-        seen = (torch.bincount(prompt, minlength=vocab) > 0) | (counts > 0)
-        scaled = torch.where(
-            logits > 0, logits / o.repetition_penalty, logits * o.repetition_penalty
-        )
-        logits = torch.where(seen, scaled, logits)
-    return logits - o.frequency_penalty * counts - o.presence_penalty * (counts > 0).float()
+        prompt_seen = (torch.bincount(prompt, minlength=vocab) > 0).expand(rows, vocab)
+    return penalized_logits(
+        logits, counts, prompt_seen,
+        o.presence_penalty, o.frequency_penalty, o.repetition_penalty,
+    )  # fmt: skip
