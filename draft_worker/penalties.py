@@ -40,8 +40,6 @@ class DraftHistory:
         """Bring each such sequence's history to what this call appends; the
         penalties of the call's first step (None: no sequence has any)."""
         rows = [b for b, r in enumerate(batch) if r.sampling.needs_history]
-        if not rows:
-            return None
         histories = []
         for b in rows:
             seq_id, tokens = batch[b].tokens.seq_id, batch[b].tokens
@@ -51,8 +49,14 @@ class DraftHistory:
                 held = held + drafted.host()[row][:-1]
             self._tokens[seq_id] = held[: tokens.cached_len] + list(tokens.token_ids)
             histories.append(self._tokens[seq_id])
+        if not any(batch[b].sampling.penalizes for b in rows):
+            return None
         options = [batch[b].sampling for b in rows]
         return StepPenalties.build(rows, histories, options, vocab_size, device)
+
+    def output(self, r: ProposeRequest) -> list[int]:
+        """The output a sequence that looks back holds (after ``start``)."""
+        return self._tokens[r.tokens.seq_id][r.sampling.output_start :]
 
     def finish(self, batch: Sequence[ProposeRequest], drafts: DraftedBatch) -> None:
         """Note each such sequence's drafts (read at its next call)."""

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from draft_worker.adjustments import StepAdjustments
 from draft_worker.penalties import DraftHistory
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.grammar import GrammarMatchers, load_tokenizer
 from model_runtime.runner import ModelRunner
 from model_runtime.sampling import (
     RowRandomness,
@@ -66,9 +68,11 @@ class DraftWorker(LocalWorker):
         self.top_n = min(config.top_n, runner.vocab_size)
         self.randomness = RowRandomness(self.device, config.seed + 1)
         self.history = DraftHistory()
+        self.grammars = GrammarMatchers(load_tokenizer(model_name), runner.vocab_size)
 
     def release(self, seq_ids: Sequence[int]) -> int:
         self.history.forget(seq_ids)
+        self.grammars.forget(seq_ids)
         return super().release(seq_ids)
 
     @torch.inference_mode()
@@ -98,11 +102,11 @@ class DraftWorker(LocalWorker):
         drafted: torch.Tensor | None = None  # [B] the last step's tokens, on the device
         options = [r.sampling for r in batch]
         adjusts = any(o.adjusts_logits for o in options)
-        penalties = self.history.start(batch, self.runner.vocab_size, self.device)
+        past = StepAdjustments.start(batch, self.history, self.grammars, self.device)
         for step in range(k):
             logits = self.runner.forward(chunks, drafted)  # [B, V]
-            if penalties is not None:  # the target's penalties and bad words, as it applies them
-                logits = penalties.apply(logits)
+            if past is not None:  # the target's penalties, bad words and grammar
+                logits = past.apply(logits)
             if adjusts:  # the target's bias and suppression, at this step's position
                 logits = adjusted_logits(logits, _at_step(options, step), [1] * len(batch))
             if all_greedy:  # q is one-hot on the argmax: no softmax, no top-N
@@ -119,8 +123,8 @@ class DraftWorker(LocalWorker):
                 ids.append(step_ids)
                 probs.append(step_probs)
             tokens.append(drafted)
-            if penalties is not None:
-                penalties.advance(drafted)
+            if past is not None:
+                past.advance(drafted)
             # The next step feeds these tokens from the device: no host sync.
             chunks = [SequenceChunk(c.seq_id, [0]) for c in chunks]
         # Left on the device: read back with the verify's results, or by the wire.

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.structured_fields import structured_outputs
 from router.params import SamplingParams
 
 # Fields of the OpenAI API and vLLM's extensions that this server does not
@@ -20,12 +21,6 @@ from router.params import SamplingParams
 NOT_YET: dict[str, object] = {
     "best_of": 1,
     "suffix": None,
-    "response_format": None,
-    "structured_outputs": None,
-    "guided_json": None,
-    "guided_regex": None,
-    "guided_choice": None,
-    "guided_grammar": None,
     "tools": None,
     "tool_choice": None,
     "parallel_tool_calls": None,
@@ -113,6 +108,16 @@ class SamplingFields(BaseModel):
             repetition_penalty=self.repetition_penalty,
             bad_words=self.bad_words,
             truncate_prompt_tokens=self.truncate_prompt_tokens,
+            structured_outputs=structured_outputs(
+                self.response_format,
+                self.structured_outputs or {},
+                {
+                    "json": self.guided_json,
+                    "regex": self.guided_regex,
+                    "choice": self.guided_choice,
+                    "grammar": self.guided_grammar,
+                },
+            ),
         )
 
     def token_biases(self) -> dict[int, float] | None:

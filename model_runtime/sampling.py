@@ -60,6 +60,9 @@ class SamplingOptions:
     # Token sequences the output may not complete: the last token of each is
     # masked wherever the output ends in the ones before it (vLLM's bad_words).
     bad_words: tuple[tuple[int, ...], ...] = ()
+    # llguidance's grammar text the output must match (structured outputs:
+    # model_runtime.grammar); empty: none.
+    grammar: str = ""
 
     def __post_init__(self) -> None:
         for name in ("logprobs", "prompt_logprobs"):
@@ -97,6 +100,11 @@ class SamplingOptions:
     @property
     def needs_history(self) -> bool:
         """Whether sampling looks at the tokens before each position."""
+        return self.penalized or bool(self.bad_words) or bool(self.grammar)
+
+    @property
+    def penalizes(self) -> bool:
+        """Whether its history changes its logits: penalties or bad words."""
         return self.penalized or bool(self.bad_words)
 
     @property

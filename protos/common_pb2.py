@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/common.proto\x12\x0cspecserve.v1\"\xff\x03\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x15\n\x08logprobs\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x07 \x01(\x05H\x02\x88\x01\x01\x12?\n\nlogit_bias\x18\x08 \x03(\x0b\x32+.specserve.v1.SamplingParams.LogitBiasEntry\x12\x17\n\x0fmin_tokens_left\x18\t \x01(\r\x12\x16\n\x0esuppressed_ids\x18\n \x03(\x05\x12\x18\n\x10presence_penalty\x18\x0b \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x0c \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\r \x01(\x02\x12\x14\n\x0coutput_start\x18\x0e \x01(\r\x12.\n\tbad_words\x18\x0f \x03(\x0b\x32\x1b.specserve.v1.TokenSequence\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"\x1c\n\rTokenSequence\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"T\n\x13PackedDistributions\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\r\n\x05width\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x01(\x0c\x12\r\n\x05probs\x18\x04 \x01(\x0c\"l\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x03 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\x12\x0c\n\x04rank\x18\x05 \x01(\r\"\xad\x01\n\x0eSequenceStatus\x12/\n\x04\x63ode\x18\x01 \x01(\x0e\x32!.specserve.v1.SequenceStatus.Code\x12\x0f\n\x07message\x18\x02 \x01(\t\"Y\n\x04\x43ode\x12\x06\n\x02OK\x10\x00\x12\r\n\tNOT_FOUND\x10\x01\x12\x14\n\x10INVALID_ARGUMENT\x10\x02\x12\x16\n\x12RESOURCE_EXHAUSTED\x10\x03\x12\x0c\n\x08INTERNAL\x10\x04\"\xa5\x01\n\rSequenceBatch\x12\x0f\n\x07seq_ids\x18\x01 \x03(\x04\x12\x13\n\x0b\x63\x61\x63hed_lens\x18\x02 \x03(\r\x12\x12\n\nnum_tokens\x18\x03 \x03(\r\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12/\n\tsamplings\x18\x05 \x03(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x16\n\x0esampling_index\x18\x06 \x03(\r\"r\n\x06\x44rafts\x12\x12\n\nnum_drafts\x18\x01 \x03(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0f\n\x07sampled\x18\x03 \x03(\r\x12\x30\n\x05probs\x18\x04 \x01(\x0b\x32!.specserve.v1.PackedDistributions\"\x11\n\x0f\x44\x65scribeRequest\"\xec\x01\n\nWorkerInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\r\x12\x15\n\rmax_model_len\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12\x12\n\nnum_blocks\x18\x05 \x01(\r\x12\x17\n\x0fnum_free_blocks\x18\x06 \x01(\r\x12\x1e\n\x16max_num_batched_tokens\x18\x07 \x01(\r\x12\x14\n\x0cmax_num_seqs\x18\x08 \x01(\r\x12-\n\x08\x66orwards\x18\t \x01(\x0b\x32\x1b.specserve.v1.ForwardCounts\"f\n\rForwardCounts\x12\x10\n\x08replayed\x18\x01 \x01(\x04\x12\x10\n\x08\x63\x61ptured\x18\x02 \x01(\x04\x12\x11\n\tcapture_s\x18\x03 \x01(\x01\x12\r\n\x05\x65\x61ger\x18\x04 \x01(\x04\x12\x0f\n\x07\x65\x61ger_s\x18\x05 \x01(\x01\"!\n\x0eReleaseRequest\x12\x0f\n\x07seq_ids\x18\x01 \x03(\x04\"@\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\x12\x17\n\x0fnum_free_blocks\x18\x02 \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13protos/common.proto\x12\x0cspecserve.v1\"\x90\x04\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05min_p\x18\x04 \x01(\x02\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x15\n\x08logprobs\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x07 \x01(\x05H\x02\x88\x01\x01\x12?\n\nlogit_bias\x18\x08 \x03(\x0b\x32+.specserve.v1.SamplingParams.LogitBiasEntry\x12\x17\n\x0fmin_tokens_left\x18\t \x01(\r\x12\x16\n\x0esuppressed_ids\x18\n \x03(\x05\x12\x18\n\x10presence_penalty\x18\x0b \x01(\x02\x12\x19\n\x11\x66requency_penalty\x18\x0c \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\r \x01(\x02\x12\x14\n\x0coutput_start\x18\x0e \x01(\r\x12.\n\tbad_words\x18\x0f \x03(\x0b\x32\x1b.specserve.v1.TokenSequence\x12\x0f\n\x07grammar\x18\x10 \x01(\t\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\x07\n\x05_seedB\x0b\n\t_logprobsB\x12\n\x10_prompt_logprobs\"\x1c\n\rTokenSequence\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"T\n\x13PackedDistributions\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\r\n\x05width\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x01(\x0c\x12\r\n\x05probs\x18\x04 \x01(\x0c\"l\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x15\n\rtop_token_ids\x18\x03 \x03(\x05\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\x12\x0c\n\x04rank\x18\x05 \x01(\r\"\xad\x01\n\x0eSequenceStatus\x12/\n\x04\x63ode\x18\x01 \x01(\x0e\x32!.specserve.v1.SequenceStatus.Code\x12\x0f\n\x07message\x18\x02 \x01(\t\"Y\n\x04\x43ode\x12\x06\n\x02OK\x10\x00\x12\r\n\tNOT_FOUND\x10\x01\x12\x14\n\x10INVALID_ARGUMENT\x10\x02\x12\x16\n\x12RESOURCE_EXHAUSTED\x10\x03\x12\x0c\n\x08INTERNAL\x10\x04\"\xa5\x01\n\rSequenceBatch\x12\x0f\n\x07seq_ids\x18\x01 \x03(\x04\x12\x13\n\x0b\x63\x61\x63hed_lens\x18\x02 \x03(\r\x12\x12\n\nnum_tokens\x18\x03 \x03(\r\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12/\n\tsamplings\x18\x05 \x03(\x0b\x32\x1c.specserve.v1.SamplingParams\x12\x16\n\x0esampling_index\x18\x06 \x03(\r\"r\n\x06\x44rafts\x12\x12\n\nnum_drafts\x18\x01 \x03(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0f\n\x07sampled\x18\x03 \x03(\r\x12\x30\n\x05probs\x18\x04 \x01(\x0b\x32!.specserve.v1.PackedDistributions\"\x11\n\x0f\x44\x65scribeRequest\"\xec\x01\n\nWorkerInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\r\x12\x15\n\rmax_model_len\x18\x03 \x01(\r\x12\x12\n\nblock_size\x18\x04 \x01(\r\x12\x12\n\nnum_blocks\x18\x05 \x01(\r\x12\x17\n\x0fnum_free_blocks\x18\x06 \x01(\r\x12\x1e\n\x16max_num_batched_tokens\x18\x07 \x01(\r\x12\x14\n\x0cmax_num_seqs\x18\x08 \x01(\r\x12-\n\x08\x66orwards\x18\t \x01(\x0b\x32\x1b.specserve.v1.ForwardCounts\"f\n\rForwardCounts\x12\x10\n\x08replayed\x18\x01 \x01(\x04\x12\x10\n\x08\x63\x61ptured\x18\x02 \x01(\x04\x12\x11\n\tcapture_s\x18\x03 \x01(\x01\x12\r\n\x05\x65\x61ger\x18\x04 \x01(\x04\x12\x0f\n\x07\x65\x61ger_s\x18\x05 \x01(\x01\"!\n\x0eReleaseRequest\x12\x0f\n\x07seq_ids\x18\x01 \x03(\x04\"@\n\x0fReleaseResponse\x12\x14\n\x0cnum_released\x18\x01 \x01(\r\x12\x17\n\x0fnum_free_blocks\x18\x02 \x01(\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,31 +34,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._loaded_options = None
   _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_options = b'8\001'
   _globals['_SAMPLINGPARAMS']._serialized_start=38
-  _globals['_SAMPLINGPARAMS']._serialized_end=549
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=459
-  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=507
-  _globals['_TOKENSEQUENCE']._serialized_start=551
-  _globals['_TOKENSEQUENCE']._serialized_end=579
-  _globals['_PACKEDDISTRIBUTIONS']._serialized_start=581
-  _globals['_PACKEDDISTRIBUTIONS']._serialized_end=665
-  _globals['_TOKENLOGPROB']._serialized_start=667
-  _globals['_TOKENLOGPROB']._serialized_end=775
-  _globals['_SEQUENCESTATUS']._serialized_start=778
-  _globals['_SEQUENCESTATUS']._serialized_end=951
-  _globals['_SEQUENCESTATUS_CODE']._serialized_start=862
-  _globals['_SEQUENCESTATUS_CODE']._serialized_end=951
-  _globals['_SEQUENCEBATCH']._serialized_start=954
-  _globals['_SEQUENCEBATCH']._serialized_end=1119
-  _globals['_DRAFTS']._serialized_start=1121
-  _globals['_DRAFTS']._serialized_end=1235
-  _globals['_DESCRIBEREQUEST']._serialized_start=1237
-  _globals['_DESCRIBEREQUEST']._serialized_end=1254
-  _globals['_WORKERINFO']._serialized_start=1257
-  _globals['_WORKERINFO']._serialized_end=1493
-  _globals['_FORWARDCOUNTS']._serialized_start=1495
-  _globals['_FORWARDCOUNTS']._serialized_end=1597
-  _globals['_RELEASEREQUEST']._serialized_start=1599
-  _globals['_RELEASEREQUEST']._serialized_end=1632
-  _globals['_RELEASERESPONSE']._serialized_start=1634
-  _globals['_RELEASERESPONSE']._serialized_end=1698
+  _globals['_SAMPLINGPARAMS']._serialized_end=566
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_start=476
+  _globals['_SAMPLINGPARAMS_LOGITBIASENTRY']._serialized_end=524
+  _globals['_TOKENSEQUENCE']._serialized_start=568
+  _globals['_TOKENSEQUENCE']._serialized_end=596
+  _globals['_PACKEDDISTRIBUTIONS']._serialized_start=598
+  _globals['_PACKEDDISTRIBUTIONS']._serialized_end=682
+  _globals['_TOKENLOGPROB']._serialized_start=684
+  _globals['_TOKENLOGPROB']._serialized_end=792
+  _globals['_SEQUENCESTATUS']._serialized_start=795
+  _globals['_SEQUENCESTATUS']._serialized_end=968
+  _globals['_SEQUENCESTATUS_CODE']._serialized_start=879
+  _globals['_SEQUENCESTATUS_CODE']._serialized_end=968
+  _globals['_SEQUENCEBATCH']._serialized_start=971
+  _globals['_SEQUENCEBATCH']._serialized_end=1136
+  _globals['_DRAFTS']._serialized_start=1138
+  _globals['_DRAFTS']._serialized_end=1252
+  _globals['_DESCRIBEREQUEST']._serialized_start=1254
+  _globals['_DESCRIBEREQUEST']._serialized_end=1271
+  _globals['_WORKERINFO']._serialized_start=1274
+  _globals['_WORKERINFO']._serialized_end=1510
+  _globals['_FORWARDCOUNTS']._serialized_start=1512
+  _globals['_FORWARDCOUNTS']._serialized_end=1614
+  _globals['_RELEASEREQUEST']._serialized_start=1616
+  _globals['_RELEASEREQUEST']._serialized_end=1649
+  _globals['_RELEASERESPONSE']._serialized_start=1651
+  _globals['_RELEASERESPONSE']._serialized_end=1715
 # @@protoc_insertion_point(module_scope)

@@ -32,6 +32,7 @@ def sampling_to_proto(o: SamplingOptions) -> pb.SamplingParams:
         repetition_penalty=o.repetition_penalty,
         output_start=o.output_start,
         bad_words=[pb.TokenSequence(ids=w) for w in o.bad_words],
+        grammar=o.grammar,
     )
 
 
@@ -53,6 +54,7 @@ def sampling_from_proto(m: pb.SamplingParams) -> SamplingOptions:
         repetition_penalty=m.repetition_penalty or 1.0,  # unset: none
         output_start=m.output_start,
         bad_words=tuple(tuple(w.ids) for w in m.bad_words),
+        grammar=m.grammar,
     )
 
 

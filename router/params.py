@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from model_runtime.sampling import SamplingOptions
+from router.structured import StructuredOutputsParams
 
 
 @dataclass
@@ -52,6 +53,8 @@ class SamplingParams:
     bad_words: list[str] | None = None
     # False: token ids only, no text (and so no stop strings).
     detokenize: bool = True
+    # What the output must match: a JSON schema, a regex, a choice, a grammar.
+    structured_outputs: StructuredOutputsParams | None = None
     stop_strings: list[str] = field(init=False, repr=False)
 
     MAX_N = 128
@@ -109,6 +112,7 @@ class SamplingParams:
             presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
             repetition_penalty=self.repetition_penalty,
+            grammar=self.structured_outputs.text if self.structured_outputs else "",
         )
 
     def check_token_ids(self, vocab_size: int) -> None:

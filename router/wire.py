@@ -12,6 +12,7 @@ from protos.fields import sampling_to_proto as options_to_proto
 from router.deltas import Delta
 from router.metrics import EngineStats, RequestCounts, SpeculationMetrics
 from router.params import SamplingParams
+from router.structured import StructuredOutputsParams
 
 FINISH_REASONS = {
     None: rpb.FINISH_REASON_UNSPECIFIED,
@@ -64,6 +65,9 @@ def params_from_request(m: rpb.GenerateRequest) -> SamplingParams:
         min_tokens=m.min_tokens,
         include_stop_str_in_output=m.include_stop_str_in_output,
         bad_words=list(m.bad_words) or None,
+        structured_outputs=(
+            StructuredOutputsParams(llguidance=options.grammar) if options.grammar else None
+        ),
     )
 
 

@@ -8,6 +8,7 @@ engine's workers (``specserve.local_workers``).
 
 from model_runtime.resolve import resolve_model
 from router.params import SamplingParams
+from router.structured import StructuredOutputsParams
 from specserve.inputs import TextPrompt, TokensPrompt
 from specserve.llm import LLM
 from specserve.outputs import CompletionOutput, RequestOutput
@@ -18,6 +19,7 @@ __all__ = [
     "CompletionOutput",
     "RequestOutput",
     "SamplingParams",
+    "StructuredOutputsParams",
     "TextPrompt",
     "TokensPrompt",
     "resolve_model",

@@ -46,6 +46,10 @@ class PenaltyHistory:
             if r.sampling.needs_history:
                 self._tokens[r.tokens.seq_id] += tokens[:-1]
 
+    def output(self, r: VerifyRequest) -> list[int]:
+        """The output a sequence that looks back holds (before this call's drafts)."""
+        return self._tokens[r.tokens.seq_id][r.sampling.output_start :]
+
     def forget(self, seq_ids: Sequence[int]) -> None:
         for seq_id in seq_ids:
             self._tokens.pop(seq_id, None)

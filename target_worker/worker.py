@@ -18,6 +18,7 @@ import torch
 
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
+from model_runtime.grammar import GrammarMatchers, load_tokenizer
 from model_runtime.host_copy import device_tensor
 from model_runtime.logprobs import token_logprobs
 from model_runtime.runner import ModelRunner
@@ -31,6 +32,7 @@ from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest, device_drafts
 from target_worker.checks import draft_problems
 from target_worker.drafts import chunk_tokens, dense_draft_probs, draft_tensor, input_ids
+from target_worker.grammar_masks import grammar_masked
 from target_worker.penalties import PenaltyHistory
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
@@ -70,9 +72,11 @@ class TargetWorker(LocalWorker):
         self.sample = rejection_sample_triton if use_triton else rejection_sample_reference
         self.randomness = RowRandomness(self.device, config.seed)
         self.penalties = PenaltyHistory()
+        self.grammars = GrammarMatchers(load_tokenizer(model_name), runner.vocab_size)
 
     def release(self, seq_ids: Sequence[int]) -> int:
         self.penalties.forget(seq_ids)
+        self.grammars.forget(seq_ids)
         return super().release(seq_ids)
 
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
@@ -157,6 +161,7 @@ class TargetWorker(LocalWorker):
     ) -> list[list[int]]:
         """Rejection-sample every sequence: [B, max k + 1] tokens, PLACEHOLDER-padded."""
         logits = self.penalties.apply(logits, batch, num_drafts)
+        logits = grammar_masked(logits, batch, num_drafts, self.penalties, self.grammars)
         logits = adjusted_logits(logits, [r.sampling for r in batch], [k + 1 for k in num_drafts])
         if all(r.sampling.greedy for r in batch):
             return self._greedy(batch, logits, num_drafts)

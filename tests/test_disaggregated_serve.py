@@ -85,6 +85,16 @@ def test_output_and_logprobs_equal_the_in_process_engine(
     assert reply.choices[0].logprobs.token_logprobs == pytest.approx(chosen, abs=1e-4)
 
 
+def test_a_grammar_crosses_the_router_and_the_workers(
+    disaggregated: tuple[str, str, int],
+) -> None:
+    reply = client(disaggregated[0]).completions.create(
+        model="specserve/demo-target", prompt=PROMPT, max_tokens=12,
+        extra_body={"guided_regex": r"(yes|no), [0-9]{2}\."},
+    )  # fmt: skip
+    assert re.fullmatch(r"(yes|no), [0-9]{2}\.", reply.choices[0].text)
+
+
 def test_metrics_come_from_the_router(disaggregated: tuple[str, str, int]) -> None:
     base, router, _ = disaggregated
     before = scrape(base)

@@ -1,6 +1,6 @@
-"""The draft proposes under the penalties and bad words the target verifies
-with: a draft that is the target itself then has every greedy draft accepted;
-its token history follows its KV cache through rejections."""
+"""The draft proposes under the penalties, bad words and grammar the target
+verifies with: a draft that is the target itself then has every greedy draft
+accepted; its token history follows its KV cache through rejections."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from draft_worker.penalties import DraftHistory
 from model_runtime.sampling import SamplingOptions
 from protos.messages import DraftedBatch, ProposeRequest, SequenceTokens
-from specserve import LLM, SamplingParams
+from specserve import LLM, SamplingParams, StructuredOutputsParams
 
 PROMPTS = ["def fibonacci(n):", "import os\n", "class Stack:\n"]
 
@@ -31,8 +31,9 @@ def twin() -> LLM:
         {"presence_penalty": 1.2, "frequency_penalty": 0.5},
         {"bad_words": ["return", "self"]},
         {"bad_words": ["numeric", "unittest.mock"]},  # several tokens: matched over drafts too
+        {"structured_outputs": StructuredOutputsParams(regex=r"[a-z]+( [a-z]+)*\.")},
     ],
-    ids=["repetition", "frequency", "presence", "bad-words", "long-bad-word"],
+    ids=["repetition", "frequency", "presence", "bad-words", "long-bad-word", "grammar"],
 )
 def test_a_draft_that_is_the_target_has_every_adjusted_draft_accepted(
     twin: LLM,

@@ -16,8 +16,10 @@ from transformers import (
 
 import specserve
 from draft_worker.worker import DraftWorker
+from model_runtime.grammar import GrammarMatchers, apply_bitmask
 from model_runtime.sampling import SamplingOptions
 from protos.messages import ProposeRequest, SequenceTokens, VerifyRequest
+from router.structured import StructuredOutputsParams
 from target_worker.worker import TargetWorker
 from tests.conftest import runner_of
 from tests.test_rejection_sampler import chi_square_p_value
@@ -104,6 +106,25 @@ def test_with_penalties_and_bad_words_it_follows_the_adjusted_distribution() -> 
     first_tokens_follow(options, prompt_ids, torch.softmax(logits, -1))
 
 
+def test_with_a_grammar_it_follows_the_masked_distribution() -> None:
+    # The draft proposes under the grammar's mask; the target masks each verify
+    # row by the state its drafts reach, and must give exactly the masked p.
+    prompt_ids = prompt()
+    tokenizer = AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
+    logits = transformers_logits(prompt_ids).double()
+    order = logits.argsort(descending=True).tolist()
+    words = [w for w in map(tokenizer.decode, ([t] for t in order[:12])) if w.strip().isalnum()]
+    grammar = StructuredOutputsParams(choice=[w + ";" for w in words[:4]]).text
+    matchers = GrammarMatchers(lambda: tokenizer, logits.shape[0])
+    matchers.sync(0, grammar, [])
+    allowed = apply_bitmask(
+        torch.zeros(1, logits.shape[0]), matchers.masks([(0, [])]), torch.arange(1)
+    )
+    masked = logits.masked_fill(allowed[0] == -torch.inf, -torch.inf)
+    options = SamplingOptions(temperature=1.0, grammar=grammar, output_start=len(prompt_ids))
+    first_tokens_follow(options, prompt_ids, torch.softmax(masked, -1))
+
+
 def prompt() -> list[int]:
     tokenizer = AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
     return list(tokenizer.encode(PROMPT))
@@ -124,8 +145,8 @@ def first_tokens_follow(
         )
         for name in ("specserve/demo-target", "specserve/demo-draft")
     }
-    target = TargetWorker(runners["specserve/demo-target"])
-    draft = DraftWorker(runners["specserve/demo-draft"])
+    target = TargetWorker(runners["specserve/demo-target"], model_name="specserve/demo-target")
+    draft = DraftWorker(runners["specserve/demo-draft"], model_name="specserve/demo-draft")
     firsts, accepted = [], 0
     for start in range(0, SAMPLES, CHUNK):
         seqs = range(start, start + CHUNK)

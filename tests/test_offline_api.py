@@ -4,12 +4,13 @@ names, and the speculation summary shown when generate finishes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
-from specserve import LLM, SamplingParams, TextPrompt, TokensPrompt
+from specserve import LLM, SamplingParams, StructuredOutputsParams, TextPrompt, TokensPrompt
 from specserve.metrics_reader import Counter, Vector
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
@@ -196,3 +197,24 @@ def test_bad_words_never_appear_and_the_output_is_the_target_alones(
             for text in (word, " " + word):
                 seq = tokenizer.encode(text, add_special_tokens=False)
                 assert not any(ids[i : i + len(seq)] == seq for i in range(len(ids))), word
+
+
+def test_structured_outputs_offline_fit_the_schema_and_are_the_target_alones(
+    llm: LLM, target_only: LLM
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "maximum": 9}},
+        "required": ["ok", "n"],
+        "additionalProperties": False,
+    }
+    params = SamplingParams(
+        temperature=0,
+        max_tokens=80,
+        structured_outputs=StructuredOutputsParams(json=schema, disable_any_whitespace=True),
+    )
+    (spec,) = llm.generate(["Reply in JSON:"], params, use_tqdm=False)
+    (alone,) = target_only.generate(["Reply in JSON:"], params, use_tqdm=False)
+    assert spec.outputs[0].token_ids == alone.outputs[0].token_ids
+    reply = json.loads(spec.outputs[0].text)
+    assert set(reply) == {"ok", "n"} and isinstance(reply["ok"], bool) and reply["n"] <= 9
