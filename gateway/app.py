@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import version as package_version
 from typing import Any
 
@@ -62,8 +63,12 @@ class Gateway:
         served_model_name: str | None = None,
         chat_template: str | None = None,
         log_requests: bool = False,
+        tool_call_parser: str | None = None,
     ):
+        """``tool_call_parser``: how "auto" tool choice reads the model's
+        calls (None: it is refused)."""
         self.backend = backend
+        self.tool_call_parser = tool_call_parser
         self.served_model_name = served_model_name
         self.chat_template = chat_template
         self.log_requests = log_requests
@@ -134,9 +139,17 @@ class Gateway:
 
     async def chat(self, body: ChatCompletionRequest) -> Any:
         self.check_model(body)
-        ids = await asyncio.to_thread(self.prompts.chat, body.messages)
+        try:
+            use = body.tool_use()
+            if use is not None:
+                use.check_auto(self.tool_call_parser)
+        except ValueError as e:
+            raise GatewayError(str(e)) from e
+        tools = use.template_tools() if use is not None else None
+        ids = await asyncio.to_thread(self.prompts.chat, body.messages, True, tools)
         max_tokens = body.max_completion_tokens or body.max_tokens
-        return await self.respond(ChatRenderer, [ids], [""], body, max_tokens)
+        renderer = partial(ChatRenderer, tools=use)
+        return await self.respond(renderer, [ids], [""], body, max_tokens)
 
     async def respond(
         self,
@@ -173,13 +186,15 @@ def build_app(
     cors: dict[str, Any] | None = None,
     chat_template: str | None = None,
     log_requests: bool = False,
+    tool_call_parser: str | None = None,
 ) -> FastAPI:
     """The app over ``backend``. With ``api_key`` every /v1 route (and with
     ``protect_metrics`` /metrics too) needs ``Authorization: Bearer KEY``;
     ``cors`` are CORSMiddleware's options (None: no CORS headers);
     ``chat_template`` replaces the model's; ``log_requests`` logs each one."""
     app = FastAPI(title="specserve")
-    app.state.gateway = gateway = Gateway(backend, served_model_name, chat_template, log_requests)
+    gateway = Gateway(backend, served_model_name, chat_template, log_requests, tool_call_parser)
+    app.state.gateway = gateway
     if cors is not None:
         app.add_middleware(CORSMiddleware, **cors)
     # A larger body is refused (413) as it arrives, before it is read whole.

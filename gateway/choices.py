@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from gateway.backends import Backend, Completion, Overloaded, Unavailable
 from gateway.protocol import GatewayError, SamplingFields
+from gateway.tools import CallReader
 from router.deltas import Delta
 from router.params import SamplingParams, kept_prompt
 
@@ -28,6 +29,7 @@ class Choice:
     deltas: AsyncIterator[Delta] = field(init=False)  # the completion's, iterated once
     submitted_at: float = field(default_factory=time.monotonic)
     last_token_at: float | None = None  # when its latest tokens came
+    calls: CallReader | None = None  # its tool calls, read from its text (chat with tools)
 
     def __post_init__(self) -> None:
         self.deltas = aiter(self.completion)

@@ -67,12 +67,19 @@ class Prompts:
             "and not empty"
         )
 
-    def chat(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-        """The messages rendered by the model's chat template, with the
-        assistant's turn opened (unless told not to), as token ids."""
+    def chat(
+        self,
+        messages: list[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: list[dict[Any, Any]] | None = None,
+    ) -> list[int]:
+        """The messages (and the tools offered, if any) rendered by the
+        model's chat template, with the assistant's turn opened (unless told
+        not to), as token ids."""
         try:
             text = self.tokenizer.apply_chat_template(
                 [m.rendered() for m in messages],
+                tools=list(tools) if tools is not None else None,
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
                 chat_template=self.chat_template,

@@ -13,7 +13,9 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.structured_fields import structured_outputs
+from gateway.tools import ToolChoice, ToolSpec, ToolUse
 from router.params import SamplingParams
+from router.structured import StructuredOutputsParams
 
 # Fields of the OpenAI API and vLLM's extensions that this server does not
 # act on yet, each with the value that asks for nothing: sent with that value
@@ -21,9 +23,6 @@ from router.params import SamplingParams
 NOT_YET: dict[str, object] = {
     "best_of": 1,
     "suffix": None,
-    "tools": None,
-    "tool_choice": None,
-    "parallel_tool_calls": None,
 }
 
 
@@ -73,9 +72,6 @@ class SamplingFields(BaseModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
 
     @model_validator(mode="after")
     def _nothing_ignored(self) -> SamplingFields:
@@ -108,17 +104,18 @@ class SamplingFields(BaseModel):
             repetition_penalty=self.repetition_penalty,
             bad_words=self.bad_words,
             truncate_prompt_tokens=self.truncate_prompt_tokens,
-            structured_outputs=structured_outputs(
-                self.response_format,
-                self.structured_outputs or {},
-                {
-                    "json": self.guided_json,
-                    "regex": self.guided_regex,
-                    "choice": self.guided_choice,
-                    "grammar": self.guided_grammar,
-                },
-            ),
+            structured_outputs=self.structured(),
         )
+
+    def structured(self) -> StructuredOutputsParams | None:
+        """What the output must match, however the request asked."""
+        guided = {
+            "json": self.guided_json,
+            "regex": self.guided_regex,
+            "choice": self.guided_choice,
+            "grammar": self.guided_grammar,
+        }
+        return structured_outputs(self.response_format, self.structured_outputs or {}, guided)
 
     def token_biases(self) -> dict[int, float] | None:
         """logit_bias with its keys (token ids, as JSON strings) as integers."""
@@ -159,19 +156,26 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    # A string, or a list of text parts (joined by newlines, as vLLM does).
-    content: str | list[TextPart]
+    # A string, or a list of text parts (joined by newlines, as vLLM does);
+    # None in an assistant's turn that only called tools.
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's, as it got them
+    tool_call_id: str | None = None  # a tool's result: the call it answers
 
-    def rendered(self) -> dict[str, str]:
+    def rendered(self) -> dict[str, Any]:
         """The message as the chat template takes it."""
         text = (
             self.content
-            if isinstance(self.content, str)
+            if isinstance(self.content, str | None)
             else "\n".join(p.text for p in self.content)
         )
-        named = {"name": self.name} if self.name is not None else {}
-        return {"role": self.role, "content": text, **named}
+        extra = {
+            "name": self.name,
+            "tool_calls": self.tool_calls,
+            "tool_call_id": self.tool_call_id,
+        }
+        return {"role": self.role, "content": text or "", **{k: v for k, v in extra.items() if v}}
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -179,6 +183,20 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[ToolSpec] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+
+    def tool_use(self) -> ToolUse | None:
+        return ToolUse.of(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def structured(self) -> StructuredOutputsParams | None:
+        """A forced tool call's grammar, or what the request asked for (not both)."""
+        asked, use = super().structured(), self.tool_use()
+        forced = use.grammar() if use is not None else None
+        if forced is not None and asked is not None:
+            raise ValueError("a tool_choice that forces a call takes no structured outputs too")
+        return forced or asked
 
     def logprob_counts(self) -> tuple[int | None, int | None]:
         if self.top_logprobs is not None and not self.logprobs:

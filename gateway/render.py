@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from gateway.choices import Choice
+from gateway.tools import CallReader, ToolUse
 from model_runtime.logprobs import TokenLogprob
 from router.deltas import Delta
 
@@ -69,6 +70,11 @@ class ChatRenderer(_Rendering):
     object_name = "chat.completion"
     chunk_object_name = "chat.completion.chunk"
 
+    def __init__(self, decode: Decode, wants_logprobs: bool, tools: ToolUse | None = None):
+        """``tools``: how the request uses tools (its calls are read from the text)."""
+        super().__init__(decode, wants_logprobs)
+        self.tools = tools
+
     def opening(self, choice: Choice) -> dict[str, Any] | None:
         """The first chunk of a streamed choice names the role alone (as
         OpenAI's and vLLM's do), with empty content."""
@@ -77,11 +83,34 @@ class ChatRenderer(_Rendering):
 
     def fields(self, choice: Choice, delta: Delta, streaming: bool) -> dict[str, Any]:
         message: dict[str, Any] = {"content": delta.text}
+        ending: dict[str, Any] = {}
+        if self.tools is not None:
+            message, ending = self._with_calls(choice, delta, streaming)
         if not choice.started:
             message = {"role": "assistant", **message}
         choice.started = True
         logprobs = chat_logprobs(delta.logprobs, self.decode) if self.wants_logprobs else None
-        return {"delta" if streaming else "message": message, "logprobs": logprobs}
+        return {"delta" if streaming else "message": message, "logprobs": logprobs, **ending}
+
+    def _with_calls(
+        self, choice: Choice, delta: Delta, streaming: bool
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The message with the calls its text holds; a finish_reason of
+        "tool_calls" once a call was made and the model stopped by itself."""
+        assert self.tools is not None
+        if choice.calls is None:
+            choice.calls = CallReader(self.tools)
+        final = delta.finish_reason is not None
+        if streaming:
+            content, calls = choice.calls.stream(delta.text, final)
+        else:
+            whole, calls = choice.calls.whole(delta.text)
+            content, choice.calls.sent = whole or "", len(calls)
+        message: dict[str, Any] = {"content": content if content or streaming else None}
+        if calls:
+            message["tool_calls"] = calls
+        made = final and delta.finish_reason == "stop" and choice.calls.sent > 0
+        return message, {"finish_reason": "tool_calls"} if made else {}
 
 
 def completion_logprobs(

@@ -92,7 +92,7 @@ class Responder:
                     raise GatewayError(done.error, 503)
                 completion_tokens += len(done.token_ids)
                 fields = self.renderer.fields(choice, done, streaming=False)
-                rendered.append({"index": choice.index, **fields, **_ending(done)})
+                rendered.append({"index": choice.index, **_ending(done), **fields})
         except (ValueError, Overloaded, Unavailable) as e:
             raise refusal(e) from e
         finally:
@@ -152,7 +152,7 @@ class Responder:
 
     def _chunk(self, choice: Choice, delta: Delta) -> dict[str, Any]:
         fields = self.renderer.fields(choice, delta, streaming=True)
-        chunk = {"index": choice.index, **fields, **_ending(delta)}
+        chunk = {"index": choice.index, **_ending(delta), **fields}
         return self._chunk_head() | {"choices": [chunk]}
 
     def _chunk_head(self) -> dict[str, Any]:

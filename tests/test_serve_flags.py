@@ -42,7 +42,7 @@ def https_server(
         "--ssl-keyfile", str(folder / "key.pem"), "--ssl-certfile", str(folder / "cert.pem"),
         "--root-path", "/llm", "--allowed-origins", json.dumps([ORIGIN]),
         "--chat-template", str(folder / "template.jinja"), "--trust-remote-code",
-        "--api-key", KEY,
+        "--api-key", KEY, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
     )  # fmt: skip
     context = ssl.create_default_context()
     ca.configure_trust(context)
@@ -93,6 +93,16 @@ def test_the_chat_template_flag_replaces_the_models(https_server) -> None:  # ty
     assert post(f"{base}/detokenize", context, {"tokens": ids})["prompt"] == "<<hi>>"
 
 
+def test_auto_tool_choice_is_served_with_its_parser(https_server) -> None:  # type: ignore[no-untyped-def]
+    base, context, _ = https_server
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": [tool], "max_tokens": 4}
+    reply = post(f"{base}/v1/chat/completions", context, body)  # auto: the default with tools
+    (choice,) = reply["choices"]
+    assert isinstance(choice["message"]["content"], str)  # no <tool_call> written: all text
+    assert choice["finish_reason"] in ("stop", "length")
+
+
 def test_the_first_log_line_says_what_is_served_and_where(https_server) -> None:  # type: ignore[no-untyped-def]
     base, _, process = https_server
     (banner,) = [line for line in process.output_tail if "OpenAI API at" in line]
@@ -117,8 +127,18 @@ def test_requests_are_logged_with_the_access_log(https_server) -> None:  # type:
         (["specserve/demo-target", "--model", "other"], "the model is given twice"),
         (["--allowed-origins", "*"], "--allowed-origins must be a JSON list"),
         (["--ssl-keyfile", "key.pem"], "--ssl-keyfile and --ssl-certfile go together"),
+        (["--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser"),
+        (["--tool-call-parser", "xml"], "--tool-call-parser 'xml' is not one of hermes"),
     ],
-    ids=["prefix-caching", "generation-config", "model-twice", "origins", "half-tls"],
+    ids=[
+        "prefix-caching",
+        "generation-config",
+        "model-twice",
+        "origins",
+        "half-tls",
+        "auto-tools-alone",
+        "unknown-parser",
+    ],
 )
 def test_what_serve_does_not_do_is_refused_before_loading(
     flags: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path

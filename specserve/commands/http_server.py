@@ -65,8 +65,23 @@ class HttpConfig:
         default=None,
         metadata={"help": "a chat template (a file, or the template itself) for the model's own"},
     )
+    enable_auto_tool_choice: bool = field(
+        default=False, metadata={"help": 'serve tool_choice "auto" (needs --tool-call-parser)'}
+    )
+    tool_call_parser: str | None = field(
+        default=None, metadata={"help": "how the model writes tool calls: hermes"}
+    )
 
     def __post_init__(self) -> None:
+        from gateway.tools import TOOL_CALL_PARSERS  # the gateway, only when serving
+
+        if self.tool_call_parser not in (None, *TOOL_CALL_PARSERS):
+            raise ValueError(
+                f"--tool-call-parser {self.tool_call_parser!r} is not one of "
+                f"{', '.join(TOOL_CALL_PARSERS)}"
+            )
+        if self.enable_auto_tool_choice and self.tool_call_parser is None:
+            raise ValueError("--enable-auto-tool-choice needs --tool-call-parser (hermes)")
         for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
             _json_list(name, getattr(self, name))
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
@@ -83,6 +98,11 @@ class HttpConfig:
             "allow_headers": _json_list("allowed_headers", self.allowed_headers),
             "allow_credentials": self.allow_credentials,
         }
+
+    @property
+    def auto_tool_parser(self) -> str | None:
+        """The parser "auto" tool choice reads calls with (None: refused)."""
+        return self.tool_call_parser if self.enable_auto_tool_choice else None
 
     def template(self) -> str | None:
         """The chat template's text: the file's, or the flag's own."""

@@ -279,4 +279,5 @@ def _app(
         cors=http.cors(),
         chat_template=http.template(),
         log_requests=not http.disable_log_requests,
+        tool_call_parser=http.auto_tool_parser,
     )
