@@ -70,8 +70,10 @@ class GrammarMatchers:
             if a != b:
                 break
             shared += 1
-        if shared < len(m.consumed):
-            m.matcher.rollback(len(m.consumed) - shared)
+        if shared < len(m.consumed) and not m.matcher.rollback(len(m.consumed) - shared):
+            # Further back than llguidance keeps: start over from the grammar.
+            m = self._matched[seq_id] = _Matched(grammar, self._new_matcher(grammar), [])
+            shared = 0
         new = list(output[shared:])
         taken = m.matcher.try_consume_tokens(new) if new else 0
         if taken < len(new) and not m.matcher.is_stopped():  # past its end: EOS only
