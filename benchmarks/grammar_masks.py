@@ -55,6 +55,7 @@ def mask_costs(batch: int, k: int, device: str, rounds: int = 20) -> dict[str, A
         drafted.append((seq, ids[at : at + k]))
     logits = torch.randn(batch * (k + 1), vocab, device=device)
     rows = torch.arange(batch * (k + 1), device=device)
+    apply_bitmask(logits, matchers.masks(drafted), rows)  # llguidance builds its states lazily
     compute = apply = 0.0
     for _ in range(rounds):
         start = time.perf_counter()
