@@ -8,6 +8,7 @@ used."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -17,15 +18,28 @@ from protos.messages import VerifyRequest
 from target_worker.penalties import PenaltyHistory
 
 
-def grammar_masked(
-    logits: torch.Tensor,
+@dataclass(frozen=True)
+class GrammarMasks:
+    """A verify's masks: bitmask [len(rows), W] (host) for its logits' ``rows``."""
+
+    bitmask: torch.Tensor
+    rows: list[int]
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [R = sum(k + 1), V] with the masked rows masked (a copy)."""
+        rows = device_tensor(self.rows, torch.long, logits.device)
+        return apply_bitmask(logits.float(), self.bitmask, rows)
+
+
+def grammar_masks(
     batch: Sequence[VerifyRequest],
     num_drafts: list[int],
     history: PenaltyHistory,
     matchers: GrammarMatchers,
-) -> torch.Tensor:
-    """logits [R = sum(k + 1), V] with every constrained sequence's rows
-    masked (a copy; untouched when none is constrained)."""
+) -> GrammarMasks | None:
+    """The masks of every constrained sequence's k + 1 verify rows (None when
+    none is constrained). They need the drafts alone, not the logits: the
+    worker computes them on the host while its forward runs on the device."""
     constrained: list[tuple[int, list[int]]] = []
     rows: list[int] = []
     row = 0
@@ -37,6 +51,5 @@ def grammar_masked(
             rows += range(row, row + k + 1)
         row += k + 1
     if not constrained:
-        return logits
-    bitmask = matchers.masks(constrained)  # [len(rows), W]
-    return apply_bitmask(logits.float(), bitmask, device_tensor(rows, torch.long, logits.device))
+        return None
+    return GrammarMasks(matchers.masks(constrained), rows)

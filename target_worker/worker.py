@@ -32,7 +32,7 @@ from model_runtime.status import SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest, device_drafts
 from target_worker.checks import draft_problems
 from target_worker.drafts import chunk_tokens, dense_draft_probs, draft_tensor, input_ids
-from target_worker.grammar_masks import grammar_masked
+from target_worker.grammar_masks import GrammarMasks, grammar_masks
 from target_worker.penalties import PenaltyHistory
 from target_worker.rejection_sampler import (
     PLACEHOLDER,
@@ -124,6 +124,7 @@ class TargetWorker(LocalWorker):
             len(r.tokens.token_ids) if _wants_prompt_logprobs(r) else k + 1
             for r, k in zip(batch, num_drafts, strict=True)
         ]
+        self.penalties.extend(batch)
         all_logits = self.runner.forward(
             [
                 SequenceChunk(r.tokens.seq_id, chunk_tokens(r), n)
@@ -131,6 +132,7 @@ class TargetWorker(LocalWorker):
             ],
             input_ids(batch, self.vocab_size, self.device),
         )  # [sum(num_logits), V]
+        masks = grammar_masks(batch, num_drafts, self.penalties, self.grammars)  # meanwhile
         starts = list(itertools.accumulate(num_logits, initial=0))
         sampling_rows = [
             row
@@ -141,8 +143,7 @@ class TargetWorker(LocalWorker):
             all_logits if len(sampling_rows) == all_logits.shape[0] else all_logits[sampling_rows]
         )
         # logits: [R = sum(k + 1), V]
-        self.penalties.extend(batch)
-        out = self._sample(batch, logits, num_drafts)
+        out = self._sample(batch, logits, num_drafts, masks)
         gained = [[t for t in row if t != PLACEHOLDER] for row in out]
         self.penalties.accept(batch, gained)
         results = []
@@ -157,11 +158,16 @@ class TargetWorker(LocalWorker):
         return results
 
     def _sample(
-        self, batch: Sequence[VerifyRequest], logits: torch.Tensor, num_drafts: list[int]
+        self,
+        batch: Sequence[VerifyRequest],
+        logits: torch.Tensor,
+        num_drafts: list[int],
+        masks: GrammarMasks | None,
     ) -> list[list[int]]:
         """Rejection-sample every sequence: [B, max k + 1] tokens, PLACEHOLDER-padded."""
         logits = self.penalties.apply(logits, batch, num_drafts)
-        logits = grammar_masked(logits, batch, num_drafts, self.penalties, self.grammars)
+        if masks is not None:
+            logits = masks.apply(logits)
         logits = adjusted_logits(logits, [r.sampling for r in batch], [k + 1 for k in num_drafts])
         if all(r.sampling.greedy for r in batch):
             return self._greedy(batch, logits, num_drafts)
