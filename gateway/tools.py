@@ -149,8 +149,12 @@ class CallReader:
         return None, [self._shaped(c, i) for i, c in enumerate(self._forced(text))]
 
     def stream(self, text: str, final: bool) -> tuple[str, list[dict[str, Any]]]:
-        """More output: the content it completes and the calls it closes
-        (forced calls come whole at the end: their JSON must be complete)."""
+        """More output: the content it completes and the calls it closes. A
+        named call's arguments stream as they come (its first delta with its
+        id and name); "required" calls come whole at the end, once their
+        JSON list is complete."""
+        if self.use.kind == "named":
+            return "", self._named_piece(text)
         if self.use.kind == "auto":
             content, closed = self._parser.feed(text, final)
             closed = closed if self.use.parallel else closed[: max(0, 1 - self.sent)]
@@ -160,6 +164,13 @@ class CallReader:
         shaped = [self._shaped(c, self.sent + i) for i, c in enumerate(closed)]
         self.sent += len(shaped)
         return content, shaped
+
+    def _named_piece(self, text: str) -> list[dict[str, Any]]:
+        if self.sent == 0:
+            assert self.use.name is not None
+            self.sent = 1
+            return [self._shaped(ParsedCall(self.use.name, text), 0)]
+        return [{"index": 0, "function": {"arguments": text}}] if text else []
 
     def _forced(self, text: str) -> list[ParsedCall]:
         if self.use.kind == "named":

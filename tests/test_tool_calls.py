@@ -86,6 +86,16 @@ def test_a_streamed_required_call_arrives_as_tool_call_deltas(server: str) -> No
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_a_streamed_named_call_streams_its_arguments(server: str) -> None:
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    chunks = list(ask(server, choice, temperature=0, stream=True))
+    pieces = [c for ch in chunks for c in (ch.choices[0].delta.tool_calls or [])]
+    assert len(pieces) > 1 and pieces[0].id and pieces[0].function.name == "get_weather"
+    arguments = "".join(p.function.arguments or "" for p in pieces)
+    jsonschema.validate(json.loads(arguments), WEATHER)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
 def test_auto_needs_the_servers_tool_call_parser(server: str) -> None:
     with pytest.raises(openai.BadRequestError, match="--enable-auto-tool-choice"):
         ask(server, "auto")
