@@ -27,7 +27,6 @@ from draft_worker.adjustments import StepAdjustments
 from draft_worker.penalties import DraftHistory
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
-from model_runtime.grammar import GrammarMatchers, load_tokenizer
 from model_runtime.runner import ModelRunner
 from model_runtime.sampling import (
     RowRandomness,
@@ -68,11 +67,9 @@ class DraftWorker(LocalWorker):
         self.top_n = min(config.top_n, runner.vocab_size)
         self.randomness = RowRandomness(self.device, config.seed + 1)
         self.history = DraftHistory()
-        self.grammars = GrammarMatchers(load_tokenizer(model_name), runner.vocab_size)
 
     def release(self, seq_ids: Sequence[int]) -> int:
         self.history.forget(seq_ids)
-        self.grammars.forget(seq_ids)
         return super().release(seq_ids)
 
     @torch.inference_mode()

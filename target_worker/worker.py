@@ -18,7 +18,6 @@ import torch
 
 from model_runtime.batch import SequenceChunk
 from model_runtime.distributed import SINGLE_DEVICE, TensorParallelGroup
-from model_runtime.grammar import GrammarMatchers, load_tokenizer
 from model_runtime.host_copy import device_tensor
 from model_runtime.logprobs import token_logprobs
 from model_runtime.runner import ModelRunner
@@ -72,11 +71,9 @@ class TargetWorker(LocalWorker):
         self.sample = rejection_sample_triton if use_triton else rejection_sample_reference
         self.randomness = RowRandomness(self.device, config.seed)
         self.penalties = PenaltyHistory()
-        self.grammars = GrammarMatchers(load_tokenizer(model_name), runner.vocab_size)
 
     def release(self, seq_ids: Sequence[int]) -> int:
         self.penalties.forget(seq_ids)
-        self.grammars.forget(seq_ids)
         return super().release(seq_ids)
 
     def prefill(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:

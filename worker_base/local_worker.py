@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from model_runtime.grammar import GrammarMatchers, load_tokenizer
 from model_runtime.runner import ModelRunner
 from protos.messages import WorkerInfo
 
@@ -16,6 +17,8 @@ class LocalWorker:
         self.runner = runner
         self.model_name = model_name
         self.device = runner.device
+        # The grammars of its constrained sequences (structured outputs).
+        self.grammars = GrammarMatchers(load_tokenizer(model_name), runner.vocab_size)
 
     @property
     def vocab_size(self) -> int:
@@ -26,6 +29,7 @@ class LocalWorker:
         return self.runner.kv_cache.num_free_blocks
 
     def release(self, seq_ids: Sequence[int]) -> int:
+        self.grammars.forget(seq_ids)
         return sum(self.runner.free(s) for s in seq_ids)
 
     def describe(self) -> WorkerInfo:
