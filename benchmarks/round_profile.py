@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from benchmarks.speculative_gpu import prompts
+from benchmarks.prompts import prompts
 from draft_worker.worker import DraftWorker
 from router.drafting import Drafter
 from router.engine import LLMEngine

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.prompts import prompts, timed_prompts
 from benchmarks.shapes import (
     SHAPES,
     bundled_tokenizer,
@@ -44,31 +45,20 @@ from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
 K_MAX = 8
-PROMPT_LEN = 64
-
-
-def prompts(batch: int, seed: int, text: bool = False) -> list[dict[str, list[int]]]:
-    """``batch`` prompts of random token ids, or (``text``) of code the bundled
-    pair was trained on, as token ids of its tokenizer."""
-    if text:
-        tokenizer = bundled_tokenizer()
-        return [{"prompt_token_ids": tokenizer.encode(f"def f{seed}_{i}(x, y):\n    ")}
-                for i in range(batch)]  # fmt: skip
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1000, 100000, (batch, PROMPT_LEN), generator=gen)
-    return [{"prompt_token_ids": row.tolist()} for row in ids]
 
 
 def timed(
     llm: LLM, batch: int, max_tokens: int, text: bool = False
 ) -> tuple[float, list[list[int]]]:
-    """Tokens/s of greedy decoding of ``batch`` prompts, and the tokens."""
+    """Tokens/s of greedy decoding of the row's batches of prompts, and the tokens."""
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
     warm_up = SamplingParams(temperature=0, max_tokens=8)
     llm.generate(prompts(batch, 0, text), warm_up, use_tqdm=False)
+    tokens = []
     start = time.perf_counter()
-    outs = llm.generate(prompts(batch, 1, text), params, use_tqdm=False)
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    for asked in timed_prompts(batch, max_tokens, text):
+        outs = llm.generate(asked, params, use_tqdm=False)
+        tokens += [list(o.outputs[0].token_ids) for o in outs]
     return sum(map(len, tokens)) / (time.perf_counter() - start), tokens
 
 
@@ -87,7 +77,11 @@ def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
 
 
 def same_as_plain(
-    llm: LLM, rows: list[dict[str, Any]], outputs: list[list[list[int]]], text: bool = False
+    llm: LLM,
+    rows: list[dict[str, Any]],
+    outputs: list[list[list[int]]],
+    max_tokens: int,
+    text: bool = False,
 ) -> None:
     """Mark each row with the share of its sequences whose greedy tokens equal
     those of k = 0 (a plain target step every round) at the same concurrency,
@@ -103,7 +97,7 @@ def same_as_plain(
             continue
         same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
         row["same_tokens_as_k0"] = sum(same) / len(same)
-        asked = prompts(row["batch"], 1, text)
+        asked = [p for ps in timed_prompts(row["batch"], max_tokens, text) for p in ps]
         parted = []
         for prompt, a, b in zip(asked, out, plain[row["batch"]], strict=True):
             if a != b:
@@ -182,7 +176,7 @@ def engine_rows(
                  "steps": steps}
             )  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
-    same_as_plain(llm, rows, outputs, text)
+    same_as_plain(llm, rows, outputs, max_tokens, text)
     return rows
 
 

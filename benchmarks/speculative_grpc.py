@@ -31,7 +31,8 @@ from typing import Any
 import grpc
 import torch
 
-from benchmarks.speculative_gpu import K_MAX, counts_since, prompts
+from benchmarks.prompts import prompts
+from benchmarks.speculative_gpu import K_MAX, counts_since
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2_grpc, router_pb2_grpc, target_worker_pb2_grpc
 from protos import router_pb2 as rpb

@@ -1,14 +1,18 @@
 """Choosing how many tokens to draft each round, so that speculation is used
 only where it raises goodput.
 
-A round of k drafts over B sequences costs k draft steps and one target step
-over B(k + 1) tokens, and gains each sequence E(k) = 1 + sum over i <= k of
-a_1 ... a_i tokens, where a_j is the chance that draft j is accepted when the
-drafts before it were. Decoding alone (k = 0) costs one target step over B
-tokens per token. The chooser measures all of these as rounds run (wall time
-of the draft and verify calls every few rounds, by batch size and by tokens
-in the step; acceptance per position, every round) and picks the k in
-0..k_max with the most tokens per second.
+A round of k drafts over B sequences costs k draft steps, one target step
+over B(k + 1) tokens, and the engine's own work between rounds (applying
+the results, scheduling, building the next round's calls: the same for
+every k), and gains each sequence E(k) = 1 + sum over i <= k of a_1 ... a_i
+tokens, where a_j is the chance that draft j is accepted when the drafts
+before it were. Decoding alone (k = 0) costs one target step over B tokens
+and the engine's work per token. The chooser measures all of these as rounds
+run (wall time of the draft and verify calls every few rounds, by batch size
+and by tokens in the step; the time from one round's end to the next one's
+start, by batch size; acceptance per position, every round) and picks the k
+in 0..k_max with the most tokens per second. Leaving the engine's own work
+out would undervalue long rounds, which pay it less often per token.
 
 What it has not measured it learns by probing: every ``probe_every`` rounds
 it drafts one token more than its choice, or one fewer, by turns, so a draft
@@ -78,6 +82,7 @@ class KChooser:
         self.config = config
         self.draft_step_s = _StepTimes(config.window)  # by batch size
         self.target_step_s = _StepTimes(config.window)  # by tokens in the step
+        self.between_s = _StepTimes(config.window)  # engine's own work a round, by batch
         self.reached = [0.0] * k_max  # decayed counts of drafts at each position
         self.accepted = [0.0] * k_max
         self._rounds = 0
@@ -113,7 +118,8 @@ class KChooser:
         """Expected tokens per second per sequence for a round of ``k`` drafts."""
         verify = self.target_step_s.get(batch * (k + 1)) or 0.0
         draft = (self.draft_step_s.get(batch) or 0.0) * k
-        return self.expected_tokens(k) / max(verify + draft, 1e-9)
+        between = self.between_s.get(batch) or 0.0
+        return self.expected_tokens(k) / max(verify + draft + between, 1e-9)
 
     def expected_tokens(self, k: int) -> float:
         """E(k): tokens a round of k drafts gains, from the measured acceptance."""
@@ -133,6 +139,11 @@ class KChooser:
         if k and draft_s is not None:
             self.draft_step_s.add(batch, draft_s / k)
         self.target_step_s.add(batch * (k + 1), verify_s)
+
+    def observe_between(self, batch: int, seconds: float) -> None:
+        """The engine's own work from the end of a round of ``batch`` sequences
+        to the start of the next."""
+        self.between_s.add(batch, seconds)
 
     def observe_acceptance(self, k: int, accepted: int) -> None:
         """One sequence's ``k`` drafts, of which the first ``accepted`` passed."""

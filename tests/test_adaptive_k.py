@@ -65,6 +65,16 @@ def test_a_large_batch_whose_verify_grows_with_k_drafts_fewer() -> None:
     assert chooser.best(batch=1) > chooser.best(batch=64)
 
 
+def test_the_engines_own_work_per_round_favours_longer_rounds() -> None:
+    # Work the engine does once a round, whatever k, is paid less often per
+    # token by rounds that gain more tokens.
+    chooser = measured(0.6, draft_s=0.0008, verify_s={1: 0.005, 8: 0.005})
+    lean = chooser.best(batch=1)
+    for _ in range(3):
+        chooser.observe_between(batch=1, seconds=0.02)
+    assert chooser.best(batch=1) > lean
+
+
 def test_acceptance_is_counted_up_to_the_first_rejection() -> None:
     chooser = KChooser(4)
     chooser.observe_acceptance(4, accepted=2)  # drafts 1, 2 passed, 3 failed, 4 unseen
@@ -196,3 +206,26 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
     assert chooser.draft_step_s.get(2) is None and chooser.target_step_s.get(8) is not None
     rounds.run([seq(1, lacks=1), seq(2, lacks=2)])
     assert chooser.draft_step_s.get(2) is not None
+
+
+def test_the_engines_work_between_rounds_is_timed_unless_new_sequences_came() -> None:
+    from types import SimpleNamespace
+
+    from model_runtime.sampling import SamplingOptions
+    from router.metrics import SpeculationMetrics
+    from router.rounds import Rounds
+
+    def seq(seq_id: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            seq_id=seq_id, num_tokens=70, draft_cached=69, options=SamplingOptions()
+        )
+
+    chooser = KChooser(3)
+    drafter = SimpleNamespace(k=3, propose=lambda seqs, k: {})
+    verifier = SimpleNamespace(verify=lambda seqs, drafts: [])
+    rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
+    rounds.run([seq(1), seq(2)])
+    rounds.run([seq(1), seq(2), seq(3)])  # sequence 3 was admitted (and prefilled) between
+    assert chooser.between_s.get(2) is None
+    rounds.run([seq(1), seq(3)])  # sequence 2 finished: the same work, one sequence fewer
+    assert chooser.between_s.get(3) is not None
