@@ -5,7 +5,10 @@ rejection sampling would divide by nonsense.
 The shapes are checked per request on the host; the values of every
 request's distributions are checked together, in one pass over the batch
 with one read back (on a GPU, one synchronisation per round rather than a
-few per sequence).
+few per sequence). Drafts that never left this process (``DeviceTokens``,
+from an in-process draft worker's sampler) are this code's own: their
+distributions' values are not checked again, so a sampled round in process
+reads nothing back before its verify runs, as a greedy one.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from protos.messages import MAX_DRAFT_TOKENS, VerifyRequest
+from protos.messages import MAX_DRAFT_TOKENS, DeviceTokens, VerifyRequest
 
 # Bits of a distribution row's problems, and what each one means.
 _BAD_ID, _BAD_PROB, _OVER_ONE = 1, 2, 4
@@ -65,6 +68,8 @@ def draft_problems(requests: Sequence[VerifyRequest], vocab_size: int) -> list[s
     groups: dict[int, list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
     for i, (r, problem) in enumerate(zip(requests, problems, strict=True)):
         if problem is None and r.draft_ids is not None and r.draft_probs is not None:
+            if isinstance(r.draft_token_ids, DeviceTokens):
+                continue  # sampled by this process's draft worker: not read back
             groups.setdefault(r.draft_ids.shape[1], []).append((i, r.draft_ids, r.draft_probs))
     if not groups:
         return problems

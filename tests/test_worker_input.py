@@ -151,6 +151,30 @@ def test_a_batchs_distributions_are_checked_together_each_request_on_its_own() -
     assert "needs at least one token" in str(problems[5])
 
 
+def test_distributions_drafted_in_this_process_are_not_read_back_to_be_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An in-process draft's tokens stay on the device (DeviceTokens); reading
+    # its distributions back to check them would make a sampled round wait
+    # before its verify. Only drafts that came over the wire are checked.
+    from protos.messages import DeviceTokens, DraftedBatch
+    from target_worker import checks
+
+    read_back: list[int] = []
+    row_flags = checks._row_flags
+    monkeypatch.setattr(
+        checks, "_row_flags", lambda ids, *a: read_back.append(len(ids)) or row_flags(ids, *a)
+    )
+    ids, probs = torch.tensor([[5, 6]]), torch.tensor([[0.5, 0.5]])
+    sampled = SamplingOptions(temperature=1.0)
+    local = DeviceTokens(DraftedBatch(torch.tensor([[5]])), 0, 1)
+    in_process = VerifyRequest(SequenceTokens(1, 0, [3]), sampled, local, ids, probs)
+    assert checks.draft_problems([in_process], VOCAB) == [None] and read_back == []
+    wired = VerifyRequest(SequenceTokens(2, 0, [3]), sampled, [5], ids, probs)
+    assert checks.draft_problems([in_process, wired], VOCAB) == [None, None]
+    assert read_back == [1]  # the wired request's one row
+
+
 def test_the_dense_q_of_a_batch_is_each_requests_own_q_in_order() -> None:
     from target_worker.drafts import dense_draft_probs
     from target_worker.rejection_sampler import densify
