@@ -30,7 +30,7 @@ from dataclasses import replace
 from model_runtime.errors import WorkerUnavailableError
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
-from model_runtime.status import StatusCode
+from model_runtime.status import OK, SequenceStatus, StatusCode
 from protos.messages import VerifyOutput, VerifyRequest
 from router.adaptive import KChooser
 from router.config import EngineConfig
@@ -100,8 +100,7 @@ class LLMEngine:
         self.drafts.check()
 
     def stats(self) -> EngineStats:
-        """The engine's state now, from what the workers last said (no call is
-        made: a worker that is down does not hold this up)."""
+        """The engine's state now, from what the workers last said (no call made)."""
         return EngineStats(
             speculating=self.speculating,
             num_running=len(self.running),
@@ -127,6 +126,7 @@ class LLMEngine:
         check_prompt(request_id, prompt_ids, self.max_model_len, self.workers.vocab_size)
 
     def abort(self, request_id: str) -> None:
+        self.scheduler.forget_waiting(request_id)
         for seq in [s for s in self.running if s.request_id == request_id]:
             self.running.remove(seq)
             seq.finish_reason = "abort"
@@ -134,9 +134,6 @@ class LLMEngine:
             self.requests.finish("abort")
             self._release(seq)
         self.releases.flush()
-        kept = [s for s in self.waiting if s.request_id != request_id]
-        self.waiting.clear()
-        self.waiting.extend(kept)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -229,8 +226,9 @@ class LLMEngine:
                 self.targets.lose(share.target, share.outputs)
                 self._move_off(share.seqs)
                 continue
+            now = time.time()  # one clock read stamps the round's sequences
             for seq, req, out in zip(share.seqs, share.requests, share.outputs, strict=True):
-                self._apply_verify(seq, req, out, seq.seq_id in drafts, finished)
+                self._apply_verify(seq, req, out, seq.seq_id in drafts, finished, now)
 
     def _apply_verify(
         self,
@@ -239,22 +237,18 @@ class LLMEngine:
         out: VerifyOutput,
         drafted: bool,
         finished: list[SequenceState],
+        now: float,
     ) -> None:
-        if out.status.code in (StatusCode.NOT_FOUND, StatusCode.RESOURCE_EXHAUSTED):
-            self._requeue(seq)
-            return
-        if not out.status.ok:  # only this sequence fails
-            self._fail([seq], f"the target worker refused it: {out.status.message}", finished)
-            return
+        if out.status is not OK and not out.status.ok:  # (a shared OK is checked first)
+            return self._refused(seq, out.status, finished)
         before, k = seq.num_tokens, len(req.draft_token_ids)
         seq.target_cached = before + out.num_accepted_drafts
-        if drafted:
-            # The draft holds the tokens and its first k-1 drafts; keep what was accepted.
+        if drafted:  # the draft holds the tokens and its first k-1 drafts: keep the accepted
             seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
         if k:
             seq.counts.record(k, out.num_accepted_drafts)
             self.rounds.accepted(k, out.num_accepted_drafts)
-        self._append(seq, out.token_ids, out.logprobs, finished)
+        self._append(seq, out.token_ids, out.logprobs, finished, now)
 
     def _append(
         self,
@@ -262,19 +256,25 @@ class LLMEngine:
         tokens: list[int],
         logprobs: list[TokenLogprob],
         finished: list[SequenceState],
+        now: float | None = None,
     ) -> None:
         before = len(seq.output_ids)
         seq.append(tokens, logprobs)
-        seq.stamp()
+        seq.stamp(now)
         self.requests.generation_tokens += len(seq.output_ids) - before
         if seq.finished:
             self.running.remove(seq)
             self._release(seq)
             finished.append(seq)
 
+    def _refused(self, seq: SequenceState, status: SequenceStatus, finished: list) -> None:
+        if status.code in (StatusCode.NOT_FOUND, StatusCode.RESOURCE_EXHAUSTED):
+            self._requeue(seq)
+        else:  # only this sequence fails
+            self._fail([seq], f"the target worker refused it: {status.message}", finished)
+
     def _move_off(self, seqs: list[SequenceState]) -> None:
-        """Sequences whose target worker was lost wait again at the front, to be
-        re-prefilled from their tokens on another target (their draft KV stays)."""
+        """A lost target's sequences wait at the front for another (draft KV stays)."""
         for seq in seqs:
             self.running.remove(seq)
             self.verifier.abandon(seq.target_worker, [seq.seq_id])
@@ -292,8 +292,7 @@ class LLMEngine:
             finished.append(seq)
 
     def _release(self, seq: SequenceState) -> None:
-        """Queue freeing the sequence's KV on its workers (sent by
-        ``self.releases.flush``, one call per worker)."""
+        """Queue freeing its KV on its workers (``releases.flush``: one call each)."""
         if self.targets.is_up(seq.target_worker):
             self.releases.add(self.workers.targets[seq.target_worker], seq.seq_id)
         if self.drafts.is_member(seq.draft_worker):

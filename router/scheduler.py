@@ -93,6 +93,12 @@ class Scheduler:
             admitted += 1
         return {t: seqs for t, seqs in placed.items() if seqs}
 
+    def forget_waiting(self, request_id: str) -> None:
+        """Drop the request's sequences that wait (an abort)."""
+        kept = [s for s in self.waiting if s.request_id != request_id]
+        self.waiting.clear()
+        self.waiting.extend(kept)
+
     def victims(self, target: int, free_blocks: int) -> list[SequenceState]:
         """The newest sequences of ``target`` to preempt so that its next round
         fits in its ``free_blocks`` (counting what preempting them frees)."""

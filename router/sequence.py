@@ -120,9 +120,10 @@ class SequenceState:
             self.decoded = num_tokens
         return self.detokenizer.text
 
-    def stamp(self) -> None:
-        """Note the time of what just happened: tokens came, or it finished."""
-        now = time.time()
+    def stamp(self, now: float | None = None) -> None:
+        """Note the time of what just happened (``now``, if the caller read the
+        clock once for a batch): tokens came, or it finished."""
+        now = time.time() if now is None else now
         if self.output_ids:
             if self.times.first_token_time is None:
                 self.times.first_token_time = now
