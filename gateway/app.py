@@ -163,6 +163,7 @@ class Gateway:
         choices = start_choices(self.backend, prompts, texts, body, max_tokens, echo)
         wants_logprobs = body.logprob_counts()[0] is not None  # checked by start_choices
         rendering = renderer(self.decode, wants_logprobs)
+        prompts = [c.prompt_ids for c in choices[:: body.n]]  # as kept (truncate_prompt_tokens)
         responder = Responder(choices, prompts, rendering, self.model, self.metrics, self.drain)
         if self.log_requests:
             logger.info(

@@ -1,7 +1,8 @@
 """What a vLLM user's scripts meet besides the two completion routes: vLLM's
 /tokenize, /detokenize and /ping, a model's card, echo with max_tokens 0,
-chat content as parts, the role-only first chunk, stop_reason, and clear
-refusals of what the server does not do (it keeps serving)."""
+chat content as parts, the role-only first chunk, stop_reason, the usage of a
+truncated prompt, and clear refusals of what the server does not do (it keeps
+serving)."""
 
 from __future__ import annotations
 
@@ -152,3 +153,12 @@ def test_logit_bias_and_min_tokens_shape_the_completion(server: str) -> None:
     assert held.usage is not None and held.usage.completion_tokens >= 5
     status, refused = post(server, "/v1/completions", {"prompt": "x", "logit_bias": {"9999999": 1}})
     assert status == 400 and "outside" in refused["error"]["message"]
+
+
+def test_usage_counts_the_prompt_as_truncate_prompt_tokens_kept_it(server: str) -> None:
+    whole = list(range(100, 130))
+    reply = client(server).completions.create(
+        model=MODEL, prompt=whole, max_tokens=2, n=2, temperature=0,
+        extra_body={"truncate_prompt_tokens": 8},
+    )  # fmt: skip
+    assert reply.usage is not None and reply.usage.prompt_tokens == 8
