@@ -135,7 +135,7 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_model_len", "block_size", "num_blocks", "num_free_blocks", "max_num_batched_tokens", "max_num_seqs", "forwards")
+    __slots__ = ("model", "vocab_size", "max_model_len", "block_size", "num_blocks", "num_free_blocks", "max_num_batched_tokens", "max_num_seqs", "forwards", "wire_version")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_LEN_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class WorkerInfo(_message.Message):
     MAX_NUM_BATCHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_NUM_SEQS_FIELD_NUMBER: _ClassVar[int]
     FORWARDS_FIELD_NUMBER: _ClassVar[int]
+    WIRE_VERSION_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_model_len: int
@@ -154,7 +155,8 @@ class WorkerInfo(_message.Message):
     max_num_batched_tokens: int
     max_num_seqs: int
     forwards: ForwardCounts
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., forwards: _Optional[_Union[ForwardCounts, _Mapping]] = ...) -> None: ...
+    wire_version: int
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_model_len: _Optional[int] = ..., block_size: _Optional[int] = ..., num_blocks: _Optional[int] = ..., num_free_blocks: _Optional[int] = ..., max_num_batched_tokens: _Optional[int] = ..., max_num_seqs: _Optional[int] = ..., forwards: _Optional[_Union[ForwardCounts, _Mapping]] = ..., wire_version: _Optional[int] = ...) -> None: ...
 
 class ForwardCounts(_message.Message):
     __slots__ = ("replayed", "captured", "capture_s", "eager", "eager_s")

@@ -91,6 +91,7 @@ def worker_info_to_proto(info: WorkerInfo) -> pb.WorkerInfo:
         max_num_batched_tokens=info.max_num_batched_tokens,
         max_num_seqs=info.max_num_seqs,
         forwards=pb.ForwardCounts(**asdict(info.forwards)),
+        wire_version=info.wire_version,
     )
 
 
@@ -111,4 +112,5 @@ def worker_info_from_proto(m: pb.WorkerInfo) -> WorkerInfo:
             m.forwards.eager,
             m.forwards.eager_s,
         ),
+        m.wire_version,
     )

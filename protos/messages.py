@@ -29,6 +29,11 @@ from model_runtime.step_counts import StepCounts
 
 # Most drafts one sequence may carry in a round (the wire's limit).
 MAX_DRAFT_TOKENS = 32
+# The batch wire's version, raised whenever a field changes meaning or a
+# field a peer must read is added (1: columnar batches, batch-packed
+# distributions, grammars in the sampling options). Routers and workers of
+# different versions do not talk: each would drop what the other added.
+WIRE_VERSION = 1
 
 
 class DraftedBatch:
@@ -159,3 +164,4 @@ class WorkerInfo:
     max_num_batched_tokens: int = 0  # 0: not said (a worker of an older version)
     max_num_seqs: int = 0
     forwards: StepCounts = field(default_factory=StepCounts)  # since the worker started
+    wire_version: int = WIRE_VERSION  # of the batch wire it speaks (0: older than the field)

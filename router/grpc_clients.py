@@ -24,7 +24,14 @@ from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
 from protos.draft_worker_pb2_grpc import DraftWorkerStub
 from protos.fields import worker_info_from_proto
-from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from protos.messages import (
+    WIRE_VERSION,
+    Proposal,
+    ProposeRequest,
+    VerifyOutput,
+    VerifyRequest,
+    WorkerInfo,
+)
 from protos.server import KEEPALIVE_OPTIONS
 from protos.sessions import SESSION_KEY
 from protos.target_worker_pb2_grpc import TargetWorkerStub
@@ -142,6 +149,11 @@ class _GrpcWorker:
         except (grpc.RpcError, ValueError) as e:
             raise WorkerUnavailableError(f"worker {self.address}: {_reason(e)}") from e
         info = worker_info_from_proto(m)
+        if info.wire_version != WIRE_VERSION:
+            raise WorkerUnavailableError(
+                f"worker {self.address} speaks batch wire version {info.wire_version} and this "
+                f"router {WIRE_VERSION}: run one specserve version on the router and its workers"
+            )
         self.info, self._free_blocks = info, info.num_free_blocks
         return info
 

@@ -1,6 +1,7 @@
 """The wire contract: committed stubs match the .proto files, the services and
-messages later issues build on exist, and every server answers the standard
-health and reflection services."""
+messages later issues build on exist, every server answers the standard
+health and reflection services, and a router talks only to workers of its
+wire version."""
 
 from __future__ import annotations
 
@@ -85,3 +86,26 @@ def test_every_server_lists_its_services_by_reflection(server) -> None:  # type:
         reply = next(stub.ServerReflectionInfo(iter([request]), timeout=5))
         names = {s.name for s in reply.list_services_response.service}
     assert {"specserve.v1.DraftWorker", "grpc.health.v1.Health"} <= names
+
+
+def test_a_router_refuses_a_worker_of_another_wire_version_by_name() -> None:
+    # A worker older than the field says 0: the router would drop, and it
+    # would ignore, what the other added, so they must not talk at all.
+    from model_runtime.errors import WorkerUnavailableError
+    from protos import common_pb2 as pb
+    from protos.messages import WIRE_VERSION
+    from router.grpc_clients import GrpcDraftClient
+
+    class OlderWorker(draft_worker_pb2_grpc.DraftWorkerServicer):
+        def Describe(self, request, context):  # type: ignore[no-untyped-def]
+            return pb.WorkerInfo(model="m", vocab_size=8, max_model_len=64, block_size=16)
+
+    bind = draft_worker_pb2_grpc.add_DraftWorkerServicer_to_server
+    running = start_server([(bind, OlderWorker(), "specserve.v1.DraftWorker")])
+    try:
+        with pytest.raises(
+            WorkerUnavailableError, match=f"version 0 and this router {WIRE_VERSION}"
+        ):
+            GrpcDraftClient(f"127.0.0.1:{running.port}", timeout_s=5)
+    finally:
+        running.stop(grace_s=0)
