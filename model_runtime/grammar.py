@@ -29,7 +29,6 @@ from typing import Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -91,8 +90,8 @@ class GrammarMatchers:
         output and after each of its first j drafts, j = 0..len(d):
         [sum(len(d) + 1), W] int32 on the host, in order. The matchers' states
         do not change."""
-        rows = sum(len(d) + 1 for _, d in drafted)
-        bitmask = llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
+        rows, words = sum(len(d) + 1 for _, d in drafted), (self.vocab_size + 31) // 32
+        bitmask = torch.full((rows, words), -1, dtype=torch.int32)
         plain, ahead, spans, row = [], [], [], 0  # llguidance takes those without drafts apart
         for seq_id, drafts in drafted:
             matcher = self._matched[seq_id].matcher
@@ -102,11 +101,14 @@ class GrammarMatchers:
                 plain.append((matcher, row))
             spans.append((row, len(drafts) + 1))
             row += len(drafts) + 1
+        # The executor writes the rows in place (llguidance.torch does the same,
+        # but compiles a kernel with torch.compile when imported: 1.6 s of
+        # torch._dynamo in every process, grammar or not).
         if plain:
-            llguidance.torch.fill_next_token_bitmask_par(self._executor, plain, bitmask)
+            self._executor.unsafe_compute_mask_ptr(plain, bitmask.data_ptr(), words * 4, rows)
         if ahead:
-            llguidance.torch.fill_next_token_bitmask_par_with_draft_tokens(
-                self._executor, ahead, bitmask
+            self._executor.unsafe_compute_mask_ptr_with_draft_token(
+                ahead, bitmask.data_ptr(), words * 4, rows
             )
         eos_only = self._eos_only(bitmask.shape[1])
         for row, n in spans:
