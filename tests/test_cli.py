@@ -157,3 +157,16 @@ def test_the_worker_and_router_commands_load_no_http_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_process_compiles_anything_at_import() -> None:
+    """torch.compile's machinery (torch._dynamo, inductor) costs about 1.6 s
+    to import: no command loads it unless a compile is asked for (a library
+    that decorates a function with torch.compile at import would)."""
+    code = (
+        "import sys, specserve.cli, router.service, target_worker.service, draft_worker.service\n"
+        "import gateway.app, model_runtime.grammar\n"
+        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
