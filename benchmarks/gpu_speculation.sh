@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# What speculation on one GPU still has to show, in parts that each fit a
+# few minutes:
+#
+#   bash benchmarks/gpu_speculation.sh OUTDIR [costs|speedup|grpc|all]
+#
+# costs:   the grammar masks of a verify round at batch 1-64 and acceptance
+#          with the draft constrained or free (grammar_masks.json), then the
+#          router's own work per round over gRPC at batch 1/16/64 with the
+#          realistic-shape pair at acceptance about 0.9 (grpc_overhead.json).
+# speedup: speedup over target-only against k and concurrency, k pinned and
+#          adaptive, for the pair at acceptance about 0.8, 0.9 and 0.6 with
+#          the scales found on the H200 (speculative_gpu.json), then the plots.
+# grpc:    the same as three processes over gRPC on loopback, for the pair at
+#          about 0.9 and the bundled pair in bf16 (speculative_grpc_*.json).
+#
+# Checkpoints go to $CHECKPOINTS (made once per machine).
+set -euo pipefail
+out=${1:?usage: gpu_speculation.sh OUTDIR [costs|speedup|grpc|all]}
+part=${2:-all}
+ckpt=${CHECKPOINTS:-/tmp/specserve-checkpoints}
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd) PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$out/gpu.csv"
+pair() {  # the realistic-shape pair at acceptance about 0.9
+  [ -f "$ckpt/pair-target/config.json" ] ||
+    python3 benchmarks/shapes.py --out "$ckpt" --pair-scale 0.0010376
+}
+if [ "$part" = costs ] || [ "$part" = all ]; then
+  python3 benchmarks/grammar_masks.py --device cuda --out "$out/grammar_masks.json" 2>&1 |
+    tee "$out/grammar_masks.log"
+  pair
+  python3 benchmarks/grpc_overhead.py --target "$ckpt/pair-target" --draft "$ckpt/pair-draft" \
+    --k 4 --dtype bfloat16 --device cuda --draft-gpu 0 --target-gpu 0 --batch 1 16 64 \
+    --rounds-only --out "$out/grpc_overhead.json" 2>&1 | tee "$out/grpc_overhead.log" |
+    grep -v '^\['
+fi
+if [ "$part" = speedup ] || [ "$part" = all ]; then
+  python3 benchmarks/speculative_gpu.py --checkpoints "$ckpt" --acceptance 0.8 0.9 0.6 \
+    --scales 0.0022583 0.0010376 0.0055542 --out "$out/speculative_gpu.json" 2>&1 |
+    tee "$out/speculative_gpu.log"
+  python3 benchmarks/plot_speculative.py "$out/speculative_gpu.json"
+fi
+if [ "$part" = grpc ] || [ "$part" = all ]; then
+  pair
+  python3 benchmarks/speculative_grpc.py --target "$ckpt/pair-target" \
+    --draft "$ckpt/pair-draft" --name pair-0.9 --ks 2 4 6 --max-tokens 64 \
+    --out "$out/speculative_grpc_pair.json" 2>&1 | tee "$out/speculative_grpc_pair.log"
+  python3 benchmarks/speculative_grpc.py --target specserve/demo-target \
+    --draft specserve/demo-draft --text --name bundled --ks 2 4 6 --max-tokens 64 \
+    --out "$out/speculative_grpc_bundled.json" 2>&1 | tee "$out/speculative_grpc_bundled.log"
+fi
