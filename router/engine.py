@@ -4,17 +4,15 @@ finished completions out, over worker clients in this process or over gRPC.
 Each ``step`` admits waiting sequences while a target worker's KV cache has
 room, placing each on the least-loaded target (where its KV then lives) and
 prefilling it there; then it runs one round for every running sequence: each
-draft worker proposes k tokens for its share of the batch (k chosen per round
-when adaptive: ``router.rounds``), each target worker verifies its share in
-one forward (``router.drafting``, ``router.verifying``), and each sequence
-gains 1..k+1 tokens. Sequences that finish leave at once; one that cannot
-grow is preempted (its KV freed on both workers), recomputed later.
+draft worker proposes k tokens for its share (k chosen per round when
+adaptive: ``router.rounds``), each target worker verifies its share in one
+forward (``router.drafting``, ``router.verifying``); each gains 1..k+1 tokens.
+Finished sequences leave at once; one that cannot grow is preempted.
 
-Draft workers are interchangeable: a sequence whose draft worker is lost moves
-to another and is re-prefilled there from its tokens; with none reachable a
-round is plain decoding (a verify with no drafts). The sequences of a lost
-target worker are re-prefilled from their tokens on another target (a replica
-loss costs latency, not requests); with no target left they fail.
+Draft workers are interchangeable: a sequence whose draft worker is lost is
+re-prefilled on another; with none reachable a round is plain decoding. A lost
+target's sequences are re-prefilled on another target (a replica loss costs
+latency, not requests); with no target left they fail.
 """
 
 from __future__ import annotations
@@ -179,6 +177,7 @@ class LLMEngine:
     def _prefill(
         self, target: int, seqs: list[SequenceState], finished: list[SequenceState]
     ) -> None:
+        self.rounds.skip_gap()
         for seq in seqs:
             seq.times.first_scheduled_time = seq.times.first_scheduled_time or time.time()
         outputs = self.verifier.prefill(target, seqs)
@@ -213,6 +212,7 @@ class LLMEngine:
 
     def _requeue(self, seq: SequenceState) -> None:
         """Free a running sequence everywhere; it is recomputed from its tokens later."""
+        self.rounds.skip_gap()
         self.running.remove(seq)
         self._release(seq)
         seq.reset_workers()
@@ -275,6 +275,7 @@ class LLMEngine:
 
     def _move_off(self, seqs: list[SequenceState]) -> None:
         """A lost target's sequences wait at the front for another (draft KV stays)."""
+        self.rounds.skip_gap()
         for seq in seqs:
             self.running.remove(seq)
             self.verifier.abandon(seq.target_worker, [seq.seq_id])

@@ -41,7 +41,7 @@ class Rounds:
         self.k = drafter.k
         self._turn = 0  # the micro-batch to verify next, with overlap
         self._rounds = 0
-        self._ended: tuple[set[int], float] | None = None  # the last round's sequences, end
+        self._ended: tuple[int, float] | None = None  # the last round's batch size and end
 
     def run(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
         """Draft and verify one round: the verified shares, and the drafts by sequence id."""
@@ -55,10 +55,8 @@ class Rounds:
         every = self.chooser.config.time_every if self.chooser is not None else 0
         timed = bool(every) and (self._rounds - 1) % every == 0
         start = time.perf_counter()
-        ids = {s.seq_id for s in seqs}
-        if self.chooser is not None and self._ended is not None and ids <= self._ended[0]:
-            # The engine's work since the last round, prefills of new sequences left out.
-            self.chooser.observe_between(len(self._ended[0]), start - self._ended[1])
+        if self.chooser is not None and self._ended is not None:
+            self.chooser.observe_between(self._ended[0], start - self._ended[1])
         drafts = self.drafter.propose(seqs, k) if k else {}
         if timed:  # the draft's steps are done when its tokens are on the host
             read_back(tokens for tokens, _, _ in drafts.values())
@@ -73,8 +71,13 @@ class Rounds:
         if self.chooser is not None and timed:
             draft_s = drafted - start if steady else None
             self.chooser.observe_round(len(seqs), k, draft_s, ended - drafted)
-        self._ended = (ids, ended)
+        self._ended = (len(seqs), ended)
         return shares, drafts
+
+    def skip_gap(self) -> None:
+        """The engine did more than a round's own work before the next round
+        (prefilled, requeued or moved sequences): that gap is not timed."""
+        self._ended = None
 
     def accepted(self, k: int, num_accepted: int) -> None:
         """A sequence's ``k`` drafts came back with the first ``num_accepted`` passed."""

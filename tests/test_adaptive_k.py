@@ -208,7 +208,7 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
     assert chooser.draft_step_s.get(2) is not None
 
 
-def test_the_engines_work_between_rounds_is_timed_unless_new_sequences_came() -> None:
+def test_the_engines_work_between_rounds_is_timed_unless_it_prefilled_or_requeued() -> None:
     from types import SimpleNamespace
 
     from model_runtime.sampling import SamplingOptions
@@ -225,7 +225,18 @@ def test_the_engines_work_between_rounds_is_timed_unless_new_sequences_came() ->
     verifier = SimpleNamespace(verify=lambda seqs, drafts: [])
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     rounds.run([seq(1), seq(2)])
-    rounds.run([seq(1), seq(2), seq(3)])  # sequence 3 was admitted (and prefilled) between
+    rounds.skip_gap()  # the engine prefilled sequence 3 (the engine calls it then)
+    rounds.run([seq(1), seq(2), seq(3)])
     assert chooser.between_s.get(2) is None
-    rounds.run([seq(1), seq(3)])  # sequence 2 finished: the same work, one sequence fewer
+    rounds.run([seq(1), seq(3)])  # sequence 2 finished: only the engine's own work between
     assert chooser.between_s.get(3) is not None
+
+
+def test_an_engine_that_prefills_between_rounds_does_not_time_that_gap() -> None:
+    llm = make_llm(adaptive_k=True)
+    rounds = llm.engine.rounds
+    skipped: list[bool] = []
+    skip = rounds.skip_gap
+    rounds.skip_gap = lambda: skipped.append(True) or skip()  # type: ignore[method-assign]
+    llm.generate(["def f(x):"], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
+    assert skipped  # the prompt's prefill
