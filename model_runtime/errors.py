@@ -15,3 +15,8 @@ class UnsupportedModelError(ValueError):
 class WorkerUnavailableError(RuntimeError):
     """A worker could not be reached, its stream broke, or (tensor-parallel) one of
     its ranks died; the caller decides what to do."""
+
+
+class IncompatibleWorkerError(WorkerUnavailableError):
+    """A worker answered but speaks another version of the batch wire: it cannot
+    serve this router until one of the two runs the other's release."""

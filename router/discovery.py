@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Generic
 
-from model_runtime.errors import WorkerUnavailableError
+from model_runtime.errors import IncompatibleWorkerError, WorkerUnavailableError
 from protos.messages import WorkerInfo
 from router.clients import close_worker
 from router.pool import W, WorkerPool
@@ -122,6 +122,10 @@ class Discovery(Generic[W]):
     def _join(self, address: str) -> None:
         try:
             worker = self.connect(address)
+        except IncompatibleWorkerError as e:  # for good, while the name lists it
+            logger.error("%s worker %s cannot join: %s", self.pool.kind, address, e)
+            self._rejected.add(address)
+            return
         except WorkerUnavailableError as e:
             logger.info("%s worker %s does not answer yet: %s", self.pool.kind, address, e)
             return

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from model_runtime.errors import WorkerUnavailableError
+from model_runtime.errors import IncompatibleWorkerError, WorkerUnavailableError
 from protos import common_pb2 as pb
 from protos import convert
 from protos import draft_worker_pb2 as dpb
@@ -150,7 +150,7 @@ class _GrpcWorker:
             raise WorkerUnavailableError(f"worker {self.address}: {_reason(e)}") from e
         info = worker_info_from_proto(m)
         if info.wire_version != WIRE_VERSION:
-            raise WorkerUnavailableError(
+            raise IncompatibleWorkerError(
                 f"worker {self.address} speaks batch wire version {info.wire_version} and this "
                 f"router {WIRE_VERSION}: run one specserve version on the router and its workers"
             )

@@ -88,24 +88,53 @@ def test_every_server_lists_its_services_by_reflection(server) -> None:  # type:
     assert {"specserve.v1.DraftWorker", "grpc.health.v1.Health"} <= names
 
 
-def test_a_router_refuses_a_worker_of_another_wire_version_by_name() -> None:
-    # A worker older than the field says 0: the router would drop, and it
-    # would ignore, what the other added, so they must not talk at all.
+class OlderWorker(draft_worker_pb2_grpc.DraftWorkerServicer):
+    """A draft worker of a release before WorkerInfo.wire_version (it says 0)."""
+
+    def __init__(self) -> None:
+        self.described = 0
+
+    def Describe(self, request, context):  # type: ignore[no-untyped-def]
+        from protos import common_pb2 as pb
+
+        self.described += 1
+        return pb.WorkerInfo(model="m", vocab_size=8, max_model_len=64, block_size=16)
+
+
+@pytest.fixture
+def older_worker():  # type: ignore[no-untyped-def]
+    worker = OlderWorker()
+    bind = draft_worker_pb2_grpc.add_DraftWorkerServicer_to_server
+    running = start_server([(bind, worker, "specserve.v1.DraftWorker")])
+    yield f"127.0.0.1:{running.port}", worker
+    running.stop(grace_s=0)
+
+
+def test_a_router_refuses_a_worker_of_another_wire_version_by_name(older_worker) -> None:  # type: ignore[no-untyped-def]
+    # Each side would drop, or ignore, what the other added: they must not talk.
     from model_runtime.errors import WorkerUnavailableError
-    from protos import common_pb2 as pb
     from protos.messages import WIRE_VERSION
     from router.grpc_clients import GrpcDraftClient
 
-    class OlderWorker(draft_worker_pb2_grpc.DraftWorkerServicer):
-        def Describe(self, request, context):  # type: ignore[no-untyped-def]
-            return pb.WorkerInfo(model="m", vocab_size=8, max_model_len=64, block_size=16)
+    address, _ = older_worker
+    with pytest.raises(WorkerUnavailableError, match=f"version 0 and this router {WIRE_VERSION}"):
+        GrpcDraftClient(address, timeout_s=5)
 
-    bind = draft_worker_pb2_grpc.add_DraftWorkerServicer_to_server
-    running = start_server([(bind, OlderWorker(), "specserve.v1.DraftWorker")])
-    try:
-        with pytest.raises(
-            WorkerUnavailableError, match=f"version 0 and this router {WIRE_VERSION}"
-        ):
-            GrpcDraftClient(f"127.0.0.1:{running.port}", timeout_s=5)
-    finally:
-        running.stop(grace_s=0)
+
+def test_a_discovered_worker_of_another_wire_version_is_refused_once_not_retried(
+    older_worker,
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    from router.discovery import Discovery
+    from router.grpc_clients import GrpcDraftClient
+    from router.pool import WorkerPool
+
+    address, worker = older_worker
+    pool: WorkerPool = WorkerPool([], "draft")
+    discovery = Discovery(
+        pool, ["drafts"], GrpcDraftClient, lambda info: None, 60.0, resolver=lambda name: {address}
+    )
+    discovery.refresh()
+    discovery.refresh()
+    assert worker.described == 1 and not pool.members()
+    assert "cannot join" in caplog.text and "wire version 0" in caplog.text
