@@ -91,7 +91,8 @@ class GrammarMatchers:
         [sum(len(d) + 1), W] int32 on the host, in order. The matchers' states
         do not change."""
         rows, words = sum(len(d) + 1 for _, d in drafted), (self.vocab_size + 31) // 32
-        bitmask = torch.full((rows, words), -1, dtype=torch.int32)
+        pinned = torch.cuda.is_available()  # copied to the device without a wait
+        bitmask = torch.full((rows, words), -1, dtype=torch.int32, pin_memory=pinned)
         plain, ahead, spans, row = [], [], [], 0  # llguidance takes those without drafts apart
         for seq_id, drafts in drafted:
             matcher = self._matched[seq_id].matcher
