@@ -124,9 +124,7 @@ class LLMEngine:
         check_prompt(request_id, prompt_ids, self.max_model_len, self.workers.vocab_size)
 
     def abort(self, request_id: str) -> None:
-        self.scheduler.forget_waiting(request_id)
-        for seq in [s for s in self.running if s.request_id == request_id]:
-            self.running.remove(seq)
+        for seq in self.scheduler.take(request_id):  # a waiting one may hold draft KV
             seq.finish_reason = "abort"
             seq.stamp()
             self.requests.finish("abort")

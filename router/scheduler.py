@@ -93,11 +93,14 @@ class Scheduler:
             admitted += 1
         return {t: seqs for t, seqs in placed.items() if seqs}
 
-    def forget_waiting(self, request_id: str) -> None:
-        """Drop the request's sequences that wait (an abort)."""
+    def take(self, request_id: str) -> list[SequenceState]:
+        """Remove the request's sequences, waiting and running (an abort); return them."""
+        taken = [s for s in (*self.waiting, *self.running) if s.request_id == request_id]
         kept = [s for s in self.waiting if s.request_id != request_id]
         self.waiting.clear()
         self.waiting.extend(kept)
+        self.running[:] = [s for s in self.running if s.request_id != request_id]
+        return taken
 
     def victims(self, target: int, free_blocks: int) -> list[SequenceState]:
         """The newest sequences of ``target`` to preempt so that its next round

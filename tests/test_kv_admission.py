@@ -75,3 +75,16 @@ def test_the_sequences_a_step_finishes_are_released_in_one_call_per_worker() -> 
     assert sorted(name for name, _ in calls) == ["draft", "target"]
     assert all(len(ids) == 4 for _, ids in calls)
     assert engine.workers.target.num_free_blocks == engine.workers.num_blocks
+
+
+def test_aborting_a_waiting_request_drops_it_and_counts_it_aborted() -> None:
+    llm = LLM("specserve/demo-target", dtype="float32", max_model_len=128, max_num_seqs=1)
+    engine, params = llm.engine, SamplingParams(temperature=0, max_tokens=8)
+    engine.add_request("runs", engine.tokenizer.encode("def f(x):"), params)
+    engine.add_request("waits", engine.tokenizer.encode("def g(x):"), params)
+    engine.step()
+    assert [s.request_id for s in engine.waiting] == ["waits"]
+    engine.abort("waits")
+    assert not engine.waiting and engine.requests.finished == {"abort": 1}
+    engine.abort("runs")
+    assert not engine.running and engine.requests.finished == {"abort": 2}
