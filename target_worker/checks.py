@@ -8,10 +8,10 @@ with one read back (on a GPU, one synchronisation per round rather than a
 few per sequence). Drafts that never left this process (``DeviceTokens``,
 from an in-process draft worker's sampler) are this code's own: their
 distributions' values are not checked again, so a sampled round in process
-reads nothing back before its verify runs, as a greedy one. Their ids are
-within the target's vocabulary because an in-process pair whose draft has
-more rows than the target is refused when it is built
-(``specserve/local_workers.py``).
+reads nothing back before its verify runs, as a greedy one. A draft whose
+embedding is padded past the target's may name ids the target lacks: the
+verify clamps such draft tokens as inputs and drops such ids' mass from q
+(``drafts.input_ids``, ``rejection_sampler.densify``), as the design allows.
 """
 
 from __future__ import annotations
