@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -41,6 +42,7 @@ from benchmarks.shapes import (
     set_scale,
     speculative_pair,
 )
+from benchmarks.ties import same_as_plain
 from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
@@ -76,50 +78,6 @@ def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return {w: {n: round(after[w][n] - v, 4) for n, v in before[w].items()} for w in before}
 
 
-def same_as_plain(
-    llm: LLM,
-    rows: list[dict[str, Any]],
-    outputs: list[list[list[int]]],
-    max_tokens: int,
-    text: bool = False,
-) -> None:
-    """Mark each row with the share of its sequences whose greedy tokens equal
-    those of k = 0 (a plain target step every round) at the same concurrency,
-    and where one differs, the gap between the target's two likeliest tokens
-    (k = 0's logprobs) at the first token where they part. bf16 logits of a
-    random model often tie to within rounding, which the k + 1 rows of a
-    verify and the one row of a decode round differently: a gap of a unit or
-    two of bf16 at the logits' size (0.125 to 0.25) is such a tie, a wider one
-    would be a lost token."""
-    plain = {r["batch"]: out for r, out in zip(rows, outputs, strict=True) if r["k"] == 0}
-    for row, out in zip(rows, outputs, strict=True):
-        if row["batch"] not in plain:
-            continue
-        same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
-        row["same_tokens_as_k0"] = sum(same) / len(same)
-        asked = [p for ps in timed_prompts(row["batch"], max_tokens, text) for p in ps]
-        parted = []
-        for prompt, a, b in zip(asked, out, plain[row["batch"]], strict=True):
-            if a != b:
-                first = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
-                parted.append({"prompt_token_ids": prompt["prompt_token_ids"] + b[:first]})
-        if parted:
-            row["parting_gaps"] = top_two_gaps(llm, parted[:8])
-
-
-def top_two_gaps(llm: LLM, prefixes: list[dict[str, list[int]]]) -> list[float]:
-    """The target's logprob gap between its two likeliest next tokens after each prefix."""
-    assert llm.engine.rounds.chooser is not None
-    llm.engine.rounds.chooser.pin(0)
-    params = SamplingParams(temperature=0, max_tokens=1, logprobs=2)
-    gaps = []
-    for out in llm.generate(prefixes, params, use_tqdm=False):
-        assert out.outputs[0].logprobs is not None
-        top = sorted((p.logprob for p in out.outputs[0].logprobs[0].values()), reverse=True)
-        gaps.append(round(top[0] - top[1], 4))
-    return gaps
-
-
 def agreement(target: Any, draft: Any, ids: torch.Tensor) -> float:
     with torch.no_grad():
         return (target(ids).logits.argmax(-1) == draft(ids).logits.argmax(-1)).float().mean().item()
@@ -144,9 +102,19 @@ def free() -> None:
 
 
 def engine_rows(
-    llm: LLM, concurrency: list[int], max_tokens: int, ks: list[int], text: bool = False
+    llm: LLM,
+    concurrency: list[int],
+    max_tokens: int,
+    ks: list[int],
+    text: bool = False,
+    repeats: int = 2,
 ) -> list[dict[str, Any]]:
-    """Tokens/s and acceptance at every concurrency for k adaptive and pinned to each of ``ks``."""
+    """Tokens/s and acceptance at every concurrency for k adaptive and pinned
+    to each of ``ks``: the median of ``repeats`` passes over all of them (a
+    row is a second or so, and the best of nine pinned k is biased upward by
+    a single row's noise), and adaptive's first pass apart (``adaptive-first``,
+    while it still learns: its chooser sees only its own rounds, as a
+    server's would; pinned rows feed a chooser of their own)."""
     assert llm.engine.rounds.chooser is not None, "the speculative LLM must choose k adaptively"
     # Compile and capture every shape before timing any: each k, and adaptive
     # rounds (whose k changes, and the draft's catch-up with it).
@@ -156,36 +124,55 @@ def engine_rows(
             length = max_tokens if k is None else 4
             warm_up = SamplingParams(temperature=0, max_tokens=length)
             llm.generate(prompts(batch, 2, text), warm_up, use_tqdm=False)
-    # Adaptive first, with nothing measured: it learns from its own rounds only.
-    chooser = llm.engine.rounds.chooser = KChooser(K_MAX)
-    rows, outputs = [], []
-    for k in [None, *ks]:
-        chooser.pin(k)
+    learner, pinned = KChooser(K_MAX), KChooser(K_MAX)
+    runs: dict[tuple[Any, int], list[dict[str, Any]]] = {}
+    outputs: dict[tuple[Any, int], list[list[int]]] = {}
+    passes = [("adaptive-first", None)] + [("adaptive", None), *((k, k) for k in ks)] * repeats
+    for name, k in passes:
+        llm.engine.rounds.chooser = learner if k is None else pinned
+        llm.engine.rounds.chooser.pin(k)
         for batch in concurrency:
-            before, steps = llm.engine.metrics.copy(), step_counts(llm)
-            rate, tokens = timed(llm, batch, max_tokens, text)
-            outputs.append(tokens)
-            after = llm.engine.metrics.copy()
-            steps = counts_since(steps, step_counts(llm))
-            drafted = after.num_draft_tokens - before.num_draft_tokens
-            accepted = after.num_accepted_tokens - before.num_accepted_tokens
-            rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
-            rows.append(
-                {"k": "adaptive" if k is None else k, "batch": batch, "tokens_per_s": rate,
-                 "acceptance": accepted / drafted if drafted else None, "rounds_per_k": rounds,
-                 "steps": steps}
-            )  # fmt: skip
-            print(json.dumps(rows[-1]), flush=True)
-    same_as_plain(llm, rows, outputs, max_tokens, text)
+            row, tokens = engine_row(llm, batch, max_tokens, text)
+            runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
+            outputs.setdefault((name, batch), tokens)
+            print(json.dumps(runs[name, batch][-1]), flush=True)
+    rows = [median_run(found) for found in runs.values()]
+    same_as_plain(llm, rows, [outputs[r["k"], r["batch"]] for r in rows], max_tokens, text)
     return rows
 
 
+def engine_row(
+    llm: LLM, batch: int, max_tokens: int, text: bool
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """One timed row: tokens/s, acceptance, rounds by k and the forwards' counts."""
+    before, steps = llm.engine.metrics.copy(), step_counts(llm)
+    rate, tokens = timed(llm, batch, max_tokens, text)
+    after = llm.engine.metrics.copy()
+    drafted = after.num_draft_tokens - before.num_draft_tokens
+    accepted = after.num_accepted_tokens - before.num_accepted_tokens
+    rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
+    row = {"tokens_per_s": rate, "acceptance": accepted / drafted if drafted else None,
+           "rounds_per_k": rounds, "steps": counts_since(steps, step_counts(llm))}  # fmt: skip
+    return row, tokens
+
+
+def median_run(found: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first run's counts with the median tokens/s of all runs, each run's beside it."""
+    rates = [r["tokens_per_s"] for r in found]
+    return {**found[0], "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates}
+
+
 def alone(
-    folder: Path | str, concurrency: list[int], max_tokens: int, text: bool = False
+    folder: Path | str,
+    concurrency: list[int],
+    max_tokens: int,
+    text: bool = False,
+    repeats: int = 2,
 ) -> dict[int, float]:
-    """Tokens/s of ``folder`` decoding alone at each concurrency."""
+    """Tokens/s of ``folder`` decoding alone at each concurrency (the median of ``repeats``)."""
     llm = LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
-    rates = {b: tokens_per_s(llm, b, max_tokens, text) for b in concurrency}
+    runs = [[tokens_per_s(llm, b, max_tokens, text) for b in concurrency] for _ in range(repeats)]
+    rates = {b: statistics.median(r[i] for r in runs) for i, b in enumerate(concurrency)}
     del llm
     free()
     return rates
@@ -198,13 +185,14 @@ def speculative(
     max_tokens: int,
     ks: list[int],
     text: bool = False,
+    repeats: int = 2,
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
     llm = LLM(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
     )  # fmt: skip
-    rows = engine_rows(llm, concurrency, max_tokens, ks, text)
+    rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats)
     del llm
     free()
     return rows
@@ -228,10 +216,16 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
         target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
         print(f"acceptance {wanted}: scale {scale:.4f}", flush=True)
         if "target_only" not in report:  # the costs first: they do not depend on s
-            report["target_only"] = alone(target_dir, args.concurrency, args.max_tokens)
-            report["draft_only"] = alone(draft_dir, args.concurrency, args.max_tokens)
+            report["target_only"] = alone(
+                target_dir, args.concurrency, args.max_tokens, False, args.repeats
+            )
+            report["draft_only"] = alone(
+                draft_dir, args.concurrency, args.max_tokens, False, args.repeats
+            )
             write(report, args.out)
-        rows = speculative(target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks)
+        rows = speculative(
+            target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks, False, args.repeats
+        )
         report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
         write(report, args.out)
 
@@ -240,9 +234,9 @@ def bundled_pair(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """The bundled trained pair in bf16 on prompts of the code it was trained on."""
     target, draft = "specserve/demo-target", "specserve/demo-draft"
     conc, tokens = args.concurrency, args.max_tokens
-    report["target_only"] = alone(target, conc, tokens, text=True)
-    report["draft_only"] = alone(draft, conc, tokens, text=True)
-    rows = speculative(target, draft, conc, tokens, args.ks, text=True)
+    report["target_only"] = alone(target, conc, tokens, True, args.repeats)
+    report["draft_only"] = alone(draft, conc, tokens, True, args.repeats)
+    rows = speculative(target, draft, conc, tokens, args.ks, True, args.repeats)
     report["pairs"].append({"wanted_acceptance": None, "name": "bundled", "rows": rows})
 
 
@@ -264,6 +258,7 @@ def main() -> None:
     parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16, 64])
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--ks", nargs="+", type=int, default=list(range(K_MAX + 1)))
+    parser.add_argument("--repeats", type=int, default=2, help="passes over every row")
     parser.add_argument("--seed-shapes", action="store_true")
     parser.add_argument("--bundled", action="store_true", help="the bundled pair, in bf16")
     parser.add_argument("--out", type=Path)
