@@ -14,6 +14,12 @@ start, by batch size; acceptance per position, every round) and picks the k
 in 0..k_max with the most tokens per second. Leaving the engine's own work
 out would undervalue long rounds, which pay it less often per token.
 
+Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
+by a grammar: their drafts pass at different rates) as well as pooled; a
+round's E(k) is the mean over its sequences of their kind's, so a batch of
+greedy requests is not held back by sampled ones served earlier or beside
+it. A kind not seen yet borrows the pooled counts.
+
 What it has not measured it learns by probing: every ``probe_every`` rounds
 it drafts one token more than its choice, or one fewer, by turns, so a draft
 that turns good is noticed and the cost of drafting less is known; positions
@@ -26,8 +32,21 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from model_runtime.sampling import SamplingOptions
+
+GREEDY, SAMPLED, CONSTRAINED = "greedy", "sampled", "constrained"
+
+
+def acceptance_kind(options: SamplingOptions) -> str:
+    """The acceptance a sequence's drafts count in: greedy drafts, sampled
+    ones and those under a grammar pass at different rates."""
+    if options.grammar:
+        return CONSTRAINED
+    return GREEDY if options.greedy else SAMPLED
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,41 @@ class _StepTimes:
         return statistics.median(self.times[nearest])
 
 
+@dataclass
+class Acceptance:
+    """Decayed counts of the drafts that reached each position and of those
+    accepted there."""
+
+    reached: list[float]
+    accepted: list[float]
+
+    @classmethod
+    def empty(cls, k_max: int) -> Acceptance:
+        return cls([0.0] * k_max, [0.0] * k_max)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.reached[0])
+
+    def observe(self, k: int, accepted: int, decay: float) -> None:
+        """One sequence's ``k`` drafts, of which the first ``accepted`` passed."""
+        for j in range(min(k, len(self.reached))):
+            if j > accepted:
+                break
+            self.reached[j] = decay * self.reached[j] + 1
+            self.accepted[j] = decay * self.accepted[j] + (j < accepted)
+
+    def expected_tokens(self, k: int) -> float:
+        """E(k): tokens a round of k drafts gains a sequence."""
+        total, chance, rate = 1.0, 1.0, 0.0
+        for j in range(k):
+            if self.reached[j]:
+                rate = self.accepted[j] / self.reached[j]
+            chance *= rate  # positions never reached keep the last measured rate
+            total += chance
+        return total
+
+
 class KChooser:
     def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
         self.k_max = k_max
@@ -83,8 +137,8 @@ class KChooser:
         self.draft_step_s = _StepTimes(config.window)  # by batch size
         self.target_step_s = _StepTimes(config.window)  # by tokens in the step
         self.between_s = _StepTimes(config.window)  # engine's own work a round, by batch
-        self.reached = [0.0] * k_max  # decayed counts of drafts at each position
-        self.accepted = [0.0] * k_max
+        self.pooled = Acceptance.empty(k_max)  # every kind of sequence together
+        self.by_kind: dict[str, Acceptance] = {}
         self._rounds = 0
         self.pinned: int | None = None
 
@@ -96,40 +150,51 @@ class KChooser:
             raise ValueError(f"k must be in 0..{self.k_max}, got {k}")
         self.pinned = k
 
-    def choose(self, batch: int) -> int:
-        """The k for the next round of ``batch`` sequences."""
+    @property
+    def reached(self) -> list[float]:
+        return self.pooled.reached
+
+    @property
+    def accepted(self) -> list[float]:
+        return self.pooled.accepted
+
+    def choose(self, batch: int, kinds: Iterable[str] = ()) -> int:
+        """The k for the next round of ``batch`` sequences, of these ``kinds``
+        (none given: pooled acceptance; read only when k is not pinned)."""
         if self.pinned is not None:
             return self.pinned
         self._rounds += 1
-        best = self.best(batch)
+        best = self.best(batch, Counter(kinds))
         probe, rest = divmod(self._rounds, self.config.probe_every)
         if rest:
             return best
         return min(best + 1, self.k_max) if probe % 2 else max(best - 1, 0)
 
-    def best(self, batch: int) -> int:
+    def best(self, batch: int, mix: Mapping[str, int] | None = None) -> int:
         """The k with the most expected tokens per second (k_max while unmeasured)."""
         draft = self.draft_step_s.get(batch)
-        if draft is None or self.target_step_s.get(batch) is None or not self.reached[0]:
+        if draft is None or self.target_step_s.get(batch) is None or not self.pooled.measured:
             return self.k_max
-        return max(range(self.k_max + 1), key=lambda k: self.goodput(batch, k))
+        return max(range(self.k_max + 1), key=lambda k: self.goodput(batch, k, mix))
 
-    def goodput(self, batch: int, k: int) -> float:
+    def goodput(self, batch: int, k: int, mix: Mapping[str, int] | None = None) -> float:
         """Expected tokens per second per sequence for a round of ``k`` drafts."""
         verify = self.target_step_s.get(batch * (k + 1)) or 0.0
         draft = (self.draft_step_s.get(batch) or 0.0) * k
         between = self.between_s.get(batch) or 0.0
-        return self.expected_tokens(k) / max(verify + draft + between, 1e-9)
+        return self.expected_tokens(k, mix) / max(verify + draft + between, 1e-9)
 
-    def expected_tokens(self, k: int) -> float:
-        """E(k): tokens a round of k drafts gains, from the measured acceptance."""
-        total, chance, rate = 1.0, 1.0, 0.0
-        for j in range(k):
-            if self.reached[j]:
-                rate = self.accepted[j] / self.reached[j]
-            chance *= rate  # positions never reached keep the last measured rate
-            total += chance
-        return total
+    def expected_tokens(self, k: int, mix: Mapping[str, int] | None = None) -> float:
+        """E(k) from the measured acceptance: the mean over ``mix``'s sequences
+        of their kind's (a kind not measured yet: the pooled one's)."""
+        if not mix:
+            return self.pooled.expected_tokens(k)
+        total = sum(n * self._of(kind).expected_tokens(k) for kind, n in mix.items())
+        return total / sum(mix.values())
+
+    def _of(self, kind: str) -> Acceptance:
+        own = self.by_kind.get(kind)
+        return own if own is not None and own.measured else self.pooled
 
     def observe_round(self, batch: int, k: int, draft_s: float | None, verify_s: float) -> None:
         """Wall time of one round: ``k`` draft steps, then a verify over batch * (k + 1)
@@ -145,11 +210,11 @@ class KChooser:
         to the start of the next."""
         self.between_s.add(batch, seconds)
 
-    def observe_acceptance(self, k: int, accepted: int) -> None:
+    def observe_acceptance(self, k: int, accepted: int, kind: str = GREEDY) -> None:
         """One sequence's ``k`` drafts, of which the first ``accepted`` passed."""
         decay = self.config.decay
-        for j in range(min(k, self.k_max)):
-            if j > accepted:
-                break
-            self.reached[j] = decay * self.reached[j] + 1
-            self.accepted[j] = decay * self.accepted[j] + (j < accepted)
+        self.pooled.observe(k, accepted, decay)
+        own = self.by_kind.get(kind)
+        if own is None:
+            own = self.by_kind[kind] = Acceptance.empty(self.k_max)
+        own.observe(k, accepted, decay)

@@ -245,7 +245,7 @@ class LLMEngine:
             seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
         if k:
             seq.counts.record(k, out.num_accepted_drafts)
-            self.rounds.accepted(k, out.num_accepted_drafts)
+            self.rounds.accepted(seq, k, out.num_accepted_drafts)
         self._append(seq, out.token_ids, out.logprobs, finished, now)
 
     def _append(

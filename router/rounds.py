@@ -49,7 +49,10 @@ class Rounds:
             return self._overlapped(running)
         seqs = list(running)
         seeded = any(s.options.seed is not None and not s.options.greedy for s in seqs)
-        k = self.k if self.chooser is None or seeded else self.chooser.choose(len(seqs))
+        if self.chooser is None or seeded:
+            k = self.k
+        else:
+            k = self.chooser.choose(len(seqs), (s.acceptance_kind for s in seqs))
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
         self._rounds += 1
         every = self.chooser.config.time_every if self.chooser is not None else 0
@@ -79,11 +82,11 @@ class Rounds:
         (prefilled, requeued or moved sequences): that gap is not timed."""
         self._ended = None
 
-    def accepted(self, k: int, num_accepted: int) -> None:
-        """A sequence's ``k`` drafts came back with the first ``num_accepted`` passed."""
+    def accepted(self, seq: SequenceState, k: int, num_accepted: int) -> None:
+        """``seq``'s ``k`` drafts came back with the first ``num_accepted`` passed."""
         self.metrics.record(k, num_accepted)
         if self.chooser is not None:
-            self.chooser.observe_acceptance(k, num_accepted)
+            self.chooser.observe_acceptance(k, num_accepted, seq.acceptance_kind)
 
     def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
         groups = {m: [s for s in running if s.micro_batch == m] for m in (0, 1)}

@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
+from router.adaptive import acceptance_kind
 from router.detokenizer import IncrementalDetokenizer
 from router.params import SamplingParams
 
@@ -77,9 +78,11 @@ class SequenceState:
     times: RequestTimes = field(default_factory=RequestTimes)
     decoded: int = 0  # output tokens the detokenizer has seen
     num_tokens: int = field(init=False)  # of all_ids, kept as tokens are appended
+    acceptance_kind: str = field(init=False)  # whose acceptance its drafts count in
 
     def __post_init__(self) -> None:
         self.num_tokens = len(self.prompt_ids) + len(self.output_ids)
+        self.acceptance_kind = acceptance_kind(self.options)
 
     @property
     def all_ids(self) -> list[int]:

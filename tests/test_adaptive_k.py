@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from model_runtime.random_checkpoint import save_random_checkpoint
-from router.adaptive import AdaptiveConfig, KChooser
+from router.adaptive import CONSTRAINED, GREEDY, SAMPLED, AdaptiveConfig, KChooser
 from specserve import LLM, SamplingParams
 
 NEVER_PROBE = AdaptiveConfig(probe_every=10**9)
@@ -80,6 +80,44 @@ def test_acceptance_is_counted_up_to_the_first_rejection() -> None:
     chooser.observe_acceptance(4, accepted=2)  # drafts 1, 2 passed, 3 failed, 4 unseen
     assert chooser.reached == [1.0, 1.0, 1.0, 0.0]
     assert chooser.accepted == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_acceptance_is_kept_apart_by_kind_of_sequence() -> None:
+    chooser = KChooser(3)
+    for _ in range(20):
+        chooser.observe_acceptance(3, accepted=3, kind=GREEDY)
+        chooser.observe_acceptance(3, accepted=0, kind=SAMPLED)
+    assert chooser.expected_tokens(3, {GREEDY: 1}) == pytest.approx(4.0)
+    assert chooser.expected_tokens(3, {SAMPLED: 1}) == pytest.approx(1.0)
+    assert chooser.expected_tokens(3, {GREEDY: 1, SAMPLED: 3}) == pytest.approx(1.75)
+
+
+def test_a_greedy_batch_is_not_held_back_by_sampled_requests_served_beside_it() -> None:
+    chooser = measured(0.5, draft_s=0.0008, verify_s={1: 0.005, 8: 0.005})
+    for _ in range(50):
+        chooser.observe_acceptance(5, accepted=5, kind=GREEDY)
+        for _ in range(3):  # more sampled requests than greedy ones
+            chooser.observe_acceptance(5, accepted=0, kind=SAMPLED)
+    assert chooser.best(batch=1, mix={GREEDY: 1}) == 5
+    assert chooser.best(batch=1, mix={SAMPLED: 1}) == 0
+    assert chooser.choose(batch=1, kinds=[GREEDY, GREEDY]) == 5
+    assert chooser.best(batch=1) < 5  # pooled, as before kinds were told apart
+
+
+def test_a_kind_not_seen_yet_borrows_the_pooled_acceptance() -> None:
+    chooser = KChooser(2)
+    chooser.observe_acceptance(2, accepted=1, kind=GREEDY)
+    assert chooser.expected_tokens(2, {CONSTRAINED: 1}) == chooser.expected_tokens(2)
+
+
+def test_each_sequence_counts_its_drafts_in_its_own_kind() -> None:
+    llm = make_llm(adaptive_k=True)
+    greedy = SamplingParams(temperature=0, max_tokens=16)
+    sampled = SamplingParams(temperature=1.0, max_tokens=16)
+    llm.generate(["def f(x):", "class A:"], [greedy, sampled], use_tqdm=False)
+    chooser = llm.engine.rounds.chooser
+    assert chooser is not None and set(chooser.by_kind) == {GREEDY, SAMPLED}
+    assert all(acceptance.measured for acceptance in chooser.by_kind.values())
 
 
 def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
@@ -192,7 +230,11 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
 
     def seq(seq_id: int, lacks: int) -> SimpleNamespace:
         return SimpleNamespace(
-            seq_id=seq_id, num_tokens=70, draft_cached=70 - lacks, options=SamplingOptions()
+            seq_id=seq_id,
+            num_tokens=70,
+            draft_cached=70 - lacks,
+            options=SamplingOptions(),
+            acceptance_kind=GREEDY,
         )
 
     chooser = KChooser(3, AdaptiveConfig(time_every=1))  # every round timed
@@ -217,7 +259,11 @@ def test_the_engines_work_between_rounds_is_timed_unless_it_prefilled_or_requeue
 
     def seq(seq_id: int) -> SimpleNamespace:
         return SimpleNamespace(
-            seq_id=seq_id, num_tokens=70, draft_cached=69, options=SamplingOptions()
+            seq_id=seq_id,
+            num_tokens=70,
+            draft_cached=69,
+            options=SamplingOptions(),
+            acceptance_kind=GREEDY,
         )
 
     chooser = KChooser(3)
