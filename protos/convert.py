@@ -29,7 +29,8 @@ from protos.fields import logprob_from_proto, logprob_to_proto, status_from_prot
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest
 
 
-def _sequences(requests: Sequence[ProposeRequest] | Sequence[VerifyRequest]) -> pb.SequenceBatch:
+def sequences_of(requests: Sequence[ProposeRequest] | Sequence[VerifyRequest]) -> pb.SequenceBatch:
+    """The column of a batch's sequences (their tokens and samplings)."""
     return sequences_to_proto([r.tokens for r in requests], [r.sampling for r in requests])
 
 
@@ -42,7 +43,7 @@ def propose_batch_to_proto(
     return dpb.ProposeBatch(
         batch_id=batch_id,
         num_draft_tokens=k,
-        sequences=_sequences(requests),
+        sequences=sequences_of(requests),
     )
 
 
@@ -85,10 +86,13 @@ def propose_result_from_proto(
 # ---------------------------------------------------------------- target worker
 
 
-def verify_batch_to_proto(batch_id: int, requests: Sequence[VerifyRequest]) -> tpb.VerifyBatch:
+def verify_batch_to_proto(
+    batch_id: int, requests: Sequence[VerifyRequest], sequences: pb.SequenceBatch | None = None
+) -> tpb.VerifyBatch:
+    """``sequences``: ``sequences_of(requests)`` if encoded already (before the drafts came)."""
     return tpb.VerifyBatch(
         batch_id=batch_id,
-        sequences=_sequences(requests),
+        sequences=sequences_of(requests) if sequences is None else sequences,
         drafts=drafts_to_proto([(r.draft_token_ids, r.draft_ids, r.draft_probs) for r in requests]),
     )
 
@@ -148,7 +152,7 @@ def verify_result_from_proto(
 def prefill_batch_to_proto(batch_id: int, requests: Sequence[VerifyRequest]) -> tpb.PrefillBatch:
     return tpb.PrefillBatch(
         batch_id=batch_id,
-        sequences=_sequences(requests),
+        sequences=sequences_of(requests),
     )
 
 

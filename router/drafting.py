@@ -5,16 +5,19 @@ For a set of sequences the drafter plans which draft worker drafts for which
 least-loaded one otherwise, where it is re-prefilled from its tokens), calls
 the workers, and applies what comes back to the sequences' bookkeeping.
 
-Calls can run in the background: with ``overlap`` the engine keeps two
-micro-batches, and the draft pool proposes for one while the target pool
-verifies the other. Planning and applying happen on the engine's thread; only
-the worker calls run elsewhere, and a result is applied only to sequences that
-have not changed since it was planned.
+A round sends its batches to every draft worker first and then waits
+(``send``, ``receive``): the engine prepares the verify batch meanwhile, and
+several draft workers draft at the same time. Calls can also run in the
+background: with ``overlap`` the engine keeps two micro-batches, and the draft
+pool proposes for one while the target pool verifies the other. Planning and
+applying happen on the engine's thread; only the worker calls run elsewhere,
+and a result is applied only to sequences that have not changed since it was
+planned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -23,12 +26,9 @@ import torch
 from model_runtime.errors import WorkerUnavailableError
 from model_runtime.status import StatusCode
 from protos.messages import Proposal, ProposeRequest, SequenceTokens
-from router.clients import DraftClient
+from router.clients import DraftClient, start_propose
 from router.pool import WorkerPool
 from router.sequence import SequenceState
-
-# Draft workers called at the same time, at most.
-MAX_PARALLEL_CALLS = 64
 
 # One sequence's proposal: k tokens, and the support and probabilities of each q.
 Draft = tuple[Sequence[int], torch.Tensor | None, torch.Tensor | None]
@@ -41,6 +41,7 @@ class _Call:
     seqs: list[SequenceState]
     num_tokens: list[int]  # of each sequence when planned
     requests: list[ProposeRequest]
+    wait: Callable[[], list[Proposal]] | None = None  # once sent
     result: list[Proposal] | WorkerUnavailableError | None = None
 
 
@@ -54,17 +55,23 @@ class Drafter:
     def __init__(self, pool: WorkerPool[DraftClient], k: int, overlap: bool):
         self.pool = pool
         self.k = k
-        # Calls to several draft workers run at the same time (threads start
-        # as needed: the pool can grow); with overlap a whole micro-batch's
-        # calls also run behind the engine's back.
-        self._calls = ThreadPoolExecutor(MAX_PARALLEL_CALLS, "draft-call")
+        # With overlap a whole micro-batch's calls run behind the engine's back.
         self._executor = ThreadPoolExecutor(1, "draft-overlap") if overlap else None
         self._in_flight: dict[int, _Plan] = {}  # micro-batch -> its proposals on the way
 
     def propose(self, seqs: list[SequenceState], k: int | None = None) -> dict[int, Draft]:
         """``k`` drafts (the drafter's k by default) for each of ``seqs``, now."""
+        return self.receive(self.send(seqs, k), seqs)
+
+    def send(self, seqs: list[SequenceState], k: int | None = None) -> _Plan:
+        """Ask the draft workers for ``k`` drafts for each of ``seqs`` (``receive`` waits)."""
         plan = self._plan(seqs, self.k if k is None else k)
-        self._call(plan)
+        self._send(plan)
+        return plan
+
+    def receive(self, plan: _Plan, seqs: list[SequenceState]) -> dict[int, Draft]:
+        """The drafts ``plan`` was sent for, applied to those of ``seqs`` unchanged since."""
+        self._wait(plan)
         return self._apply(plan, set(map(id, seqs)))
 
     def start(self, micro_batch: int, seqs: list[SequenceState]) -> None:
@@ -127,16 +134,27 @@ class Drafter:
         return plan
 
     def _call(self, plan: _Plan) -> None:
-        if len(plan.calls) > 1:
-            list(self._calls.map(self._call_one, plan.calls))
-        elif plan.calls:
-            self._call_one(plan.calls[0])
+        self._send(plan)
+        self._wait(plan)
 
-    def _call_one(self, call: _Call) -> None:
-        try:
-            call.result = self.pool.workers[call.draft].propose(call.requests, call.k)
-        except WorkerUnavailableError as e:
-            call.result = e
+    def _send(self, plan: _Plan) -> None:
+        # A sent call holds its worker's stream until waited on; with overlap
+        # two threads send, so both take the streams in the same order.
+        for call in sorted(plan.calls, key=lambda c: c.draft):
+            try:
+                call.wait = start_propose(self.pool.workers[call.draft], call.requests, call.k)
+            except WorkerUnavailableError as e:
+                call.result = e
+
+    @staticmethod
+    def _wait(plan: _Plan) -> None:
+        for call in plan.calls:
+            if call.wait is None:
+                continue  # could not be sent
+            try:
+                call.result = call.wait()
+            except WorkerUnavailableError as e:
+                call.result = e
 
     def _apply(self, plan: _Plan, current: set[int]) -> dict[int, Draft]:
         drafts: dict[int, Draft] = {}
@@ -177,4 +195,3 @@ class Drafter:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
-        self._calls.shutdown(wait=True)

@@ -137,7 +137,6 @@ class LLMEngine:
     def close(self) -> None:
         """Stop the threads that call workers (the workers themselves stay)."""
         self.drafter.close()
-        self.verifier.close()
 
     def step(self) -> list[SequenceState]:
         """Admit and prefill, then run one round; return the sequences that finished

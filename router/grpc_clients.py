@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -36,6 +34,7 @@ from protos.server import KEEPALIVE_OPTIONS
 from protos.sessions import SESSION_KEY
 from protos.target_worker_pb2_grpc import TargetWorkerStub
 from protos.tls import PLAIN, TlsConfig
+from router.batch_stream import BatchStream, reason
 
 logger = logging.getLogger(__name__)
 
@@ -50,54 +49,8 @@ CHANNEL_OPTIONS = [
 ]
 
 
-Batch = TypeVar("Batch")
 Result = TypeVar("Result")
 Parsed = TypeVar("Parsed")
-
-
-class _BatchStream(Generic[Batch, Result]):
-    """One long-lived bidirectional stream: send a batch, receive its result.
-
-    A stream that breaks is opened again on the next call.
-    """
-
-    def __init__(
-        self,
-        start_call: Callable[..., Iterator[Result]],
-        address: str,
-        metadata: tuple[tuple[str, str], ...] = (),
-    ):
-        self._start_call = start_call
-        self._metadata = metadata
-        self._address = address
-        self._lock = threading.Lock()
-        self._outbox: queue.Queue[Batch | None] | None = None
-        self._results: Iterator[Result] | None = None
-
-    def call(self, message: Batch) -> Result:
-        with self._lock:  # one batch in flight per stream
-            try:
-                if self._outbox is None or self._results is None:
-                    self._outbox = queue.Queue()
-                    outbox = iter(self._outbox.get, None)
-                    self._results = self._start_call(outbox, metadata=self._metadata)
-                self._outbox.put(message)
-                return next(self._results)
-            except (grpc.RpcError, StopIteration, ValueError) as e:
-                # ValueError: the channel was closed (the worker left the pool).
-                self.close()
-                raise WorkerUnavailableError(f"worker {self._address}: {_reason(e)}") from e
-
-    def close(self) -> None:
-        if self._outbox is not None:
-            self._outbox.put(None)
-        self._outbox = self._results = None
-
-
-def _reason(e: Exception) -> object:
-    if isinstance(e, grpc.RpcError):
-        return e.code()
-    return "stream ended" if isinstance(e, StopIteration) else e
 
 
 class _GrpcWorker:
@@ -147,7 +100,7 @@ class _GrpcWorker:
                 wait_for_ready=wait_for_ready,
             )
         except (grpc.RpcError, ValueError) as e:
-            raise WorkerUnavailableError(f"worker {self.address}: {_reason(e)}") from e
+            raise WorkerUnavailableError(f"worker {self.address}: {reason(e)}") from e
         info = worker_info_from_proto(m)
         if info.wire_version != WIRE_VERSION:
             raise IncompatibleWorkerError(
@@ -175,6 +128,21 @@ class _GrpcWorker:
             return False
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
+    def _parsed(
+        self,
+        wait: Callable[[], Any],
+        parse: Callable[[Any, Sequence[Any]], Parsed],
+        requests: Sequence[Any],
+    ) -> Callable[[], Parsed]:
+        """What waits for a sent batch's result and parses it (``_read``)."""
+
+        def parsed() -> Parsed:
+            result = wait()
+            self._free_blocks = result.num_free_blocks
+            return self._read(parse, result, requests)
+
+        return parsed
+
     def _read(
         self,
         parse: Callable[[Result, Sequence[Any]], Parsed],
@@ -196,7 +164,7 @@ class _GrpcWorker:
                 pb.ReleaseRequest(seq_ids=list(seq_ids)), timeout=self.timeout_s
             )
         except (grpc.RpcError, ValueError) as e:
-            logger.warning("release on %s failed: %s", self.address, _reason(e))
+            logger.warning("release on %s failed: %s", self.address, reason(e))
             return 0
         self._free_blocks = reply.num_free_blocks  # admission reads it next
         return int(reply.num_released)
@@ -207,15 +175,21 @@ class GrpcDraftClient(_GrpcWorker):
     stub: DraftWorkerStub
 
     def _open_streams(self) -> None:
-        self._propose: _BatchStream[dpb.ProposeBatch, dpb.ProposeResult] = _BatchStream(
+        self._propose: BatchStream[dpb.ProposeBatch, dpb.ProposeResult] = BatchStream(
             self.stub.Propose, self.address, self.metadata
         )
 
     def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
+        return self.start_propose(requests, k)()
+
+    def start_propose(
+        self, requests: Sequence[ProposeRequest], k: int
+    ) -> Callable[[], list[Proposal]]:
+        """Send the batch now; what is returned waits for its proposals."""
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
-        result = self._propose.call(message)
-        self._free_blocks = result.num_free_blocks
-        return self._read(convert.propose_result_from_proto, result, requests)
+        wait = self._propose.start(message)
+
+        return self._parsed(wait, convert.propose_result_from_proto, requests)
 
     def close(self) -> None:
         self._propose.close()
@@ -227,10 +201,10 @@ class GrpcTargetClient(_GrpcWorker):
     stub: TargetWorkerStub
 
     def _open_streams(self) -> None:
-        self._prefill: _BatchStream[tpb.PrefillBatch, tpb.PrefillResult] = _BatchStream(
+        self._prefill: BatchStream[tpb.PrefillBatch, tpb.PrefillResult] = BatchStream(
             self.stub.Prefill, self.address, self.metadata
         )
-        self._verify: _BatchStream[tpb.VerifyBatch, tpb.VerifyResult] = _BatchStream(
+        self._verify: BatchStream[tpb.VerifyBatch, tpb.VerifyResult] = BatchStream(
             self.stub.Verify, self.address, self.metadata
         )
 
@@ -245,10 +219,22 @@ class GrpcTargetClient(_GrpcWorker):
         return [convert.prefill_output_from_proto(o) for o in result.outputs]
 
     def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
-        message = convert.verify_batch_to_proto(next(self._batch_ids), requests)
-        result = self._verify.call(message)
-        self._free_blocks = result.num_free_blocks
-        return self._read(convert.verify_result_from_proto, result, requests)
+        return self.prepare_verify(requests)()()
+
+    def prepare_verify(
+        self, requests: Sequence[VerifyRequest]
+    ) -> Callable[[], Callable[[], list[VerifyOutput]]]:
+        """Encode the batch's sequences now; what is returned sends the batch
+        with the drafts ``requests`` hold by then, and returns what waits for
+        the outputs."""
+        sequences = convert.sequences_of(requests)
+
+        def send() -> Callable[[], list[VerifyOutput]]:
+            message = convert.verify_batch_to_proto(next(self._batch_ids), requests, sequences)
+            wait = self._verify.start(message)
+            return self._parsed(wait, convert.verify_result_from_proto, requests)
+
+        return send
 
     def close(self) -> None:
         self._prefill.close()

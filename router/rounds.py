@@ -5,9 +5,10 @@ verifies them all; when adaptive, k is chosen for the round by the
 ``KChooser`` (router/adaptive.py) from what earlier rounds cost and gained,
 except that a round holding a seeded sampling request keeps the configured k
 (a seeded sample depends on the rounds it was drafted in, so its output
-would otherwise depend on its neighbours). An in-process draft's tokens stay
-on the device into the verify; every few rounds (``time_every``) the round
-reads them back first, to time the draft's steps apart. With overlap the
+would otherwise depend on its neighbours). The verify batches are prepared
+while the draft workers draft. An in-process draft's tokens stay on the
+device into the verify; every few rounds (``time_every``) the round reads
+them back first, to time the draft's steps apart. With overlap the
 running sequences ride in two micro-batches: a round verifies one while the
 draft pool proposes for the other, always with the configured k.
 """
@@ -60,14 +61,16 @@ class Rounds:
         start = time.perf_counter()
         if self.chooser is not None and self._ended is not None:
             self.chooser.observe_between(self._ended[0], start - self._ended[1])
-        drafts = self.drafter.propose(seqs, k) if k else {}
+        plan = self.drafter.send(seqs, k) if k else None
+        prepared = self.verifier.prepare(seqs)  # while the draft workers draft
+        drafts = self.drafter.receive(plan, seqs) if plan is not None else {}
         if timed:  # the draft's steps are done when its tokens are on the host
             read_back(tokens for tokens, _, _ in drafts.values())
         drafted = time.perf_counter()
         # After a round with drafts the draft lacks 1 or 2 of a sequence's tokens;
         # a round whose drafted sequences lacked more also prefilled them.
         steady = all(lag[seq_id] <= 2 for seq_id in drafts)
-        shares = self.verifier.verify(seqs, drafts)
+        shares = self.verifier.send(prepared, drafts)
         k = k if drafts else 0
         self.metrics.record_round(k)
         ended = time.perf_counter()

@@ -2,9 +2,12 @@
 
 A sequence's KV lives on one target worker, so a round groups the running
 sequences by their target worker and sends each worker one batch; with more
-than one worker the calls run at the same time. Each request carries the
-tokens the worker lacks and the drafts, cut so that no sequence ever grows
-past max_model_len.
+than one worker the batches are all sent before any is waited on. Each
+request carries the tokens the worker lacks and the drafts, cut so that no
+sequence ever grows past max_model_len. The batches are prepared (grouped,
+and encoded for a gRPC worker) before the drafts come (``prepare``): the
+engine does that while the draft workers draft, and then only fills in the
+drafts (``send``).
 
 The verifier also keeps what the engine left behind on targets: the sequences
 moved off a target that was lost are released there when it comes back, and
@@ -15,12 +18,12 @@ worker's count is otherwise only what its last reply said).
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from model_runtime.errors import WorkerUnavailableError
 from protos.messages import SequenceTokens, VerifyOutput, VerifyRequest
-from router.clients import TargetClient
+from router.clients import TargetClient, prepare_verify
 from router.drafting import Draft
 from router.pool import WorkerPool
 from router.sequence import SequenceState
@@ -39,24 +42,56 @@ class Verified:
     outputs: list[VerifyOutput] | WorkerUnavailableError
 
 
+@dataclass
+class Prepared:
+    """A share before its drafts: what sends it with them, once they are in
+    its requests (or why it could not be prepared)."""
+
+    share: Verified
+    send: Callable[[], Callable[[], list[VerifyOutput]]] | WorkerUnavailableError
+
+
 class Verifier:
     def __init__(self, pool: WorkerPool[TargetClient], max_model_len: int):
         self.pool = pool
         self.max_model_len = max_model_len
-        self._calls = ThreadPoolExecutor(max(1, len(pool)), "verify")
         self._abandoned: dict[int, list[int]] = {}  # target -> sequences moved off it
 
     def verify(self, seqs: list[SequenceState], drafts: dict[int, Draft]) -> list[Verified]:
         """Verify every sequence (with its drafts, if any) on its target worker."""
+        return self.send(self.prepare(seqs), drafts)
+
+    def prepare(self, seqs: list[SequenceState]) -> list[Prepared]:
+        """Each target worker's share of ``seqs``, ready for its drafts."""
         groups = {t: [s for s in seqs if s.target_worker == t] for t in range(len(self.pool))}
-        shares = [Verified(t, g, self._requests(g, drafts), []) for t, g in groups.items() if g]
-        if len(shares) > 1:
-            for share, outputs in zip(shares, self._calls.map(self._call, shares), strict=True):
-                share.outputs = outputs
-        else:
-            for share in shares:
-                share.outputs = self._call(share)
-        return shares
+        prepared = []
+        for target, group in groups.items():
+            if not group:
+                continue
+            share = Verified(target, group, self._requests(group), [])
+            send: Callable[[], Callable[[], list[VerifyOutput]]] | WorkerUnavailableError
+            try:
+                send = prepare_verify(self.pool.workers[target], share.requests)
+            except WorkerUnavailableError as e:
+                send = e
+            prepared.append(Prepared(share, send))
+        return prepared
+
+    def send(self, prepared: list[Prepared], drafts: dict[int, Draft]) -> list[Verified]:
+        """Send every share with ``drafts`` (by sequence id), then wait for them all."""
+        waits: list[Callable[[], list[VerifyOutput]] | WorkerUnavailableError] = []
+        for p in prepared:
+            self._add_drafts(p.share, drafts)
+            try:
+                waits.append(p.send if isinstance(p.send, WorkerUnavailableError) else p.send())
+            except WorkerUnavailableError as e:
+                waits.append(e)
+        for p, wait in zip(prepared, waits, strict=True):
+            try:
+                p.share.outputs = wait if isinstance(wait, WorkerUnavailableError) else wait()
+            except WorkerUnavailableError as e:
+                p.share.outputs = e
+        return [p.share for p in prepared]
 
     def prefill(
         self, target: int, seqs: list[SequenceState]
@@ -70,27 +105,27 @@ class Verifier:
         except WorkerUnavailableError as e:
             return e
 
-    def _requests(self, seqs: list[SequenceState], drafts: dict[int, Draft]) -> list[VerifyRequest]:
-        requests = []
-        for s in seqs:
-            tokens, ids, probs = drafts.get(s.seq_id, ([], None, None))
-            k = max(0, min(len(tokens), self.max_model_len - s.num_tokens - 1))  # never past it
-            requests.append(
-                VerifyRequest(
-                    SequenceTokens(s.seq_id, s.target_cached, s.tokens_from(s.target_cached)),
-                    s.sampling(),
-                    tokens[:k],
-                    None if ids is None else ids[:k],
-                    None if probs is None else probs[:k],
-                )
+    @staticmethod
+    def _requests(seqs: list[SequenceState]) -> list[VerifyRequest]:
+        return [
+            VerifyRequest(
+                SequenceTokens(s.seq_id, s.target_cached, s.tokens_from(s.target_cached)),
+                s.sampling(),
             )
-        return requests
+            for s in seqs
+        ]
 
-    def _call(self, share: Verified) -> list[VerifyOutput] | WorkerUnavailableError:
-        try:
-            return self.pool.workers[share.target].verify(share.requests)
-        except WorkerUnavailableError as e:
-            return e
+    def _add_drafts(self, share: Verified, drafts: dict[int, Draft]) -> None:
+        """Each request's drafts, cut so that its sequence never grows past max_model_len."""
+        for seq, request in zip(share.seqs, share.requests, strict=True):
+            found = drafts.get(seq.seq_id)
+            if found is None:
+                continue
+            tokens, ids, probs = found
+            k = max(0, min(len(tokens), self.max_model_len - seq.num_tokens - 1))
+            request.draft_token_ids = tokens[:k]
+            request.draft_ids = None if ids is None else ids[:k]
+            request.draft_probs = None if probs is None else probs[:k]
 
     def abandon(self, target: int, seq_ids: list[int]) -> None:
         """Remember sequences that moved off the lost ``target``, to free them there."""
@@ -115,6 +150,3 @@ class Verifier:
                 self.pool.workers[target].describe()
             except WorkerUnavailableError as e:
                 self.pool.lose(target, e)
-
-    def close(self) -> None:
-        self._calls.shutdown(wait=True)

@@ -239,10 +239,14 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
 
     chooser = KChooser(3, AdaptiveConfig(time_every=1))  # every round timed
     chooser.pin(3)
+
+    def propose(seqs: list, k: int) -> dict:
+        return {s.seq_id: ([1] * k, None, None) for s in seqs}
+
     drafter = SimpleNamespace(
-        k=3, propose=lambda seqs, k: {s.seq_id: ([1] * k, None, None) for s in seqs}
+        k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: propose(*plan)
     )
-    verifier = SimpleNamespace(verify=lambda seqs, drafts: [])
+    verifier = SimpleNamespace(prepare=lambda seqs: [], send=lambda prepared, drafts: [])
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     rounds.run([seq(1, lacks=1), seq(2, lacks=64)])  # sequence 2's prompt was prefilled too
     assert chooser.draft_step_s.get(2) is None and chooser.target_step_s.get(8) is not None
@@ -267,8 +271,8 @@ def test_the_engines_work_between_rounds_is_timed_unless_it_prefilled_or_requeue
         )
 
     chooser = KChooser(3)
-    drafter = SimpleNamespace(k=3, propose=lambda seqs, k: {})
-    verifier = SimpleNamespace(verify=lambda seqs, drafts: [])
+    drafter = SimpleNamespace(k=3, send=lambda seqs, k: None, receive=lambda plan, seqs: {})
+    verifier = SimpleNamespace(prepare=lambda seqs: [], send=lambda prepared, drafts: [])
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     rounds.run([seq(1), seq(2)])
     rounds.skip_gap()  # the engine prefilled sequence 3 (the engine calls it then)

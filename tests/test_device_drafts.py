@@ -76,8 +76,10 @@ def test_only_timed_rounds_read_the_drafts_back_before_verifying() -> None:
     seq = SimpleNamespace(seq_id=1, num_tokens=70, draft_cached=69, options=SamplingOptions())
     chooser = KChooser(3, AdaptiveConfig(time_every=2))
     chooser.pin(3)
-    drafter = SimpleNamespace(k=3, propose=propose)
-    verifier = SimpleNamespace(verify=lambda seqs, drafts: [])
+    drafter = SimpleNamespace(
+        k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: propose(*plan)
+    )
+    verifier = SimpleNamespace(prepare=lambda seqs: [], send=lambda prepared, drafts: [])
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     for _ in range(4):
         rounds.run([seq])  # type: ignore[list-item]

@@ -234,7 +234,8 @@ def test_a_draft_workers_malformed_result_loses_that_worker_not_the_router() -> 
         try:
             rows = pb.PackedDistributions(rows=5, width=1, token_ids=b"\0" * 20, probs=b"\0" * 20)
             drafts = pb.Drafts(num_drafts=[2], token_ids=[5, 6], sampled=[0], probs=rows)
-            client._propose.call = lambda m: dpb.ProposeResult(drafts=drafts)  # type: ignore[method-assign]
+            result = dpb.ProposeResult(drafts=drafts)
+            client._propose.start = lambda m: lambda: result  # type: ignore[method-assign]
             request = ProposeRequest(SequenceTokens(1, 0, [3]), SamplingParams().options(0))
             with pytest.raises(WorkerUnavailableError, match=r"malformed result: .*5 distrib"):
                 client.propose([request], 2)
