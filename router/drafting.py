@@ -140,11 +140,15 @@ class Drafter:
     def _send(self, plan: _Plan) -> None:
         # A sent call holds its worker's stream until waited on; with overlap
         # two threads send, so both take the streams in the same order.
-        for call in sorted(plan.calls, key=lambda c: c.draft):
-            try:
-                call.wait = start_propose(self.pool.workers[call.draft], call.requests, call.k)
-            except WorkerUnavailableError as e:
-                call.result = e
+        try:
+            for call in sorted(plan.calls, key=lambda c: c.draft):
+                try:
+                    call.wait = start_propose(self.pool.workers[call.draft], call.requests, call.k)
+                except WorkerUnavailableError as e:
+                    call.result = e
+        except BaseException:
+            self._wait(plan)  # what was sent holds its stream until waited on
+            raise
 
     @staticmethod
     def _wait(plan: _Plan) -> None:

@@ -62,8 +62,10 @@ class Rounds:
         if self.chooser is not None and self._ended is not None:
             self.chooser.observe_between(self._ended[0], start - self._ended[1])
         plan = self.drafter.send(seqs, k) if k else None
-        prepared = self.verifier.prepare(seqs)  # while the draft workers draft
-        drafts = self.drafter.receive(plan, seqs) if plan is not None else {}
+        try:
+            prepared = self.verifier.prepare(seqs)  # while the draft workers draft
+        finally:  # a sent batch holds its stream until received
+            drafts = self.drafter.receive(plan, seqs) if plan is not None else {}
         if timed:  # the draft's steps are done when its tokens are on the host
             read_back(tokens for tokens, _, _ in drafts.values())
         drafted = time.perf_counter()

@@ -42,6 +42,10 @@ class Verified:
     outputs: list[VerifyOutput] | WorkerUnavailableError
 
 
+# What waits for a sent share's outputs, or why it could not be sent.
+Waiting = Callable[[], list[VerifyOutput]] | WorkerUnavailableError
+
+
 @dataclass
 class Prepared:
     """A share before its drafts: what sends it with them, once they are in
@@ -79,19 +83,25 @@ class Verifier:
 
     def send(self, prepared: list[Prepared], drafts: dict[int, Draft]) -> list[Verified]:
         """Send every share with ``drafts`` (by sequence id), then wait for them all."""
-        waits: list[Callable[[], list[VerifyOutput]] | WorkerUnavailableError] = []
-        for p in prepared:
-            self._add_drafts(p.share, drafts)
-            try:
-                waits.append(p.send if isinstance(p.send, WorkerUnavailableError) else p.send())
-            except WorkerUnavailableError as e:
-                waits.append(e)
-        for p, wait in zip(prepared, waits, strict=True):
+        waits: list[Waiting] = []
+        try:
+            for p in prepared:
+                self._add_drafts(p.share, drafts)
+                try:
+                    waits.append(p.send if isinstance(p.send, WorkerUnavailableError) else p.send())
+                except WorkerUnavailableError as e:
+                    waits.append(e)
+        finally:  # what was sent holds its stream until waited on, even if a later send failed
+            self._wait(prepared, waits)
+        return [p.share for p in prepared]
+
+    @staticmethod
+    def _wait(prepared: list[Prepared], waits: list[Waiting]) -> None:
+        for p, wait in zip(prepared, waits, strict=False):  # (fewer waits: a send raised)
             try:
                 p.share.outputs = wait if isinstance(wait, WorkerUnavailableError) else wait()
             except WorkerUnavailableError as e:
                 p.share.outputs = e
-        return [p.share for p in prepared]
 
     def prefill(
         self, target: int, seqs: list[SequenceState]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import pytest
 from transformers import AutoTokenizer
 
 import specserve
@@ -102,3 +104,19 @@ def test_every_draft_worker_is_sent_its_batch_before_any_is_waited_on() -> None:
     events, _ = one_round(num_drafts=2)
     assert events[:2] == ["send draft 0", "send draft 1"]
     assert events[2:] == ["prepare verify", "wait draft 0", "wait draft 1", "send verify"]
+
+
+def test_a_round_that_fails_while_preparing_still_waits_for_the_drafts_it_sent() -> None:
+    # A sent batch holds its worker's stream until its result is read: an
+    # error in between must not leave the stream held for every later round.
+    class Failing(SplitTarget):
+        def prepare_verify(self, requests: Sequence[VerifyRequest]) -> Any:
+            raise ValueError("cannot encode")
+
+    events: list[str] = []
+    drafts = WorkerPool([SplitDraft("draft 0", events)], "draft")
+    verifier = Verifier(WorkerPool([Failing(events)], "target"), max_model_len=512)
+    rounds = Rounds(Drafter(drafts, 3, overlap=False), verifier, SpeculationMetrics(3), None, False)
+    with pytest.raises(ValueError, match="cannot encode"):
+        rounds.run(running(2, 1))
+    assert events == ["send draft 0", "wait draft 0"]
