@@ -70,6 +70,14 @@ class Timed:
     def __init__(self, worker: Any, calls: tuple[str, ...] = ("propose", "verify", "prefill")):
         self.worker, self.calls, self.seconds = worker, calls, 0.0
 
+    @property
+    def blocked(self) -> float:
+        """An in-process call blocks the router for all of its time."""
+        return self.seconds
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.worker, name)
         if name not in self.calls:
@@ -111,6 +119,9 @@ class TimedStream:
     def __init__(self, stream: Any):
         self.stream, self.seconds, self.blocked = stream, 0.0, 0.0
 
+    def reset(self) -> None:
+        self.seconds = self.blocked = 0.0
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
@@ -149,20 +160,20 @@ def round_ms(
     engine: LLMEngine, batch: int, timers: list[Any], rounds: int = 10
 ) -> tuple[float, float, float]:
     """Mean ms of a step with ``batch`` sequences decoding, inside ``timers``
-    (in flight, for streams), and blocked in them (streams; else inside)."""
+    (in flight, for streams), and blocked in them."""
     params = SamplingParams(temperature=0, max_tokens=1000, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"b{batch}-{i}", engine.tokenizer.encode(f"def f{i}(x):"), params)
     for _ in range(3):
         engine.step()  # admit, prefill, warm up
     for t in timers:
-        t.seconds = t.blocked = 0.0
+        t.reset()
     start = time.perf_counter()
     for _ in range(rounds):
         engine.step()
     total = (time.perf_counter() - start) / rounds * 1e3
     inside = sum(t.seconds for t in timers) / rounds * 1e3
-    blocked = sum(getattr(t, "blocked", t.seconds) for t in timers) / rounds * 1e3
+    blocked = sum(t.blocked for t in timers) / rounds * 1e3
     for seq in list(engine.running):
         engine.abort(seq.request_id)
     return total, inside, blocked

@@ -48,11 +48,10 @@ Waiting = Callable[[], list[VerifyOutput]] | WorkerUnavailableError
 
 @dataclass
 class Prepared:
-    """A share before its drafts: what sends it with them, once they are in
-    its requests (or why it could not be prepared)."""
+    """A share before its drafts, and what sends it once they are in its requests."""
 
     share: Verified
-    send: Callable[[], Callable[[], list[VerifyOutput]]] | WorkerUnavailableError
+    send: Callable[[], Callable[[], list[VerifyOutput]]]
 
 
 class Verifier:
@@ -73,11 +72,7 @@ class Verifier:
             if not group:
                 continue
             share = Verified(target, group, self._requests(group), [])
-            send: Callable[[], Callable[[], list[VerifyOutput]]] | WorkerUnavailableError
-            try:
-                send = prepare_verify(self.pool.workers[target], share.requests)
-            except WorkerUnavailableError as e:
-                send = e
+            send = prepare_verify(self.pool.workers[target], share.requests)
             prepared.append(Prepared(share, send))
         return prepared
 
@@ -88,7 +83,7 @@ class Verifier:
             for p in prepared:
                 self._add_drafts(p.share, drafts)
                 try:
-                    waits.append(p.send if isinstance(p.send, WorkerUnavailableError) else p.send())
+                    waits.append(p.send())
                 except WorkerUnavailableError as e:
                     waits.append(e)
         finally:  # what was sent holds its stream until waited on, even if a later send failed
