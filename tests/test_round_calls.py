@@ -120,3 +120,15 @@ def test_a_round_that_fails_while_preparing_still_waits_for_the_drafts_it_sent()
     with pytest.raises(ValueError, match="cannot encode"):
         rounds.run(running(2, 1))
     assert events == ["send draft 0", "wait draft 0"]
+
+
+def test_a_draft_batch_that_cannot_be_sent_still_lets_the_ones_sent_be_read() -> None:
+    class Unsendable(SplitDraft):
+        def start_propose(self, requests: Sequence[ProposeRequest], k: int) -> Any:
+            raise ValueError("cannot encode")
+
+    events: list[str] = []
+    pool = WorkerPool([SplitDraft("draft 0", events), Unsendable("draft 1", events)], "draft")
+    with pytest.raises(ValueError, match="cannot encode"):
+        Drafter(pool, 3, overlap=False).send(running(4, 2), 3)
+    assert events == ["send draft 0", "wait draft 0"]
