@@ -12,7 +12,11 @@ run (wall time of the draft and verify calls every few rounds, by batch size
 and by tokens in the step; the time from one round's end to the next one's
 start, by batch size; acceptance per position, every round) and picks the k
 in 0..k_max with the most tokens per second. Leaving the engine's own work
-out would undervalue long rounds, which pay it less often per token.
+out would undervalue long rounds, which pay it less often per token. When
+rounds draft ahead (router/rounds.py: the next round's drafts are asked for
+before the engine applies a round's outputs), the draft works while the
+engine does, so a round of k > 0 drafts pays only the longer of the two,
+except in the timed rounds, which do not draft ahead.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
 by a grammar: their drafts pass at different rates) as well as pooled; a
@@ -131,9 +135,14 @@ class Acceptance:
 
 
 class KChooser:
-    def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
+    def __init__(
+        self, k_max: int, config: AdaptiveConfig = AdaptiveConfig(), drafts_ahead: bool = False
+    ):
+        """``drafts_ahead``: rounds other than the timed ones draft while the
+        engine does its own work between rounds."""
         self.k_max = k_max
         self.config = config
+        self.drafts_ahead = drafts_ahead
         self.draft_step_s = _StepTimes(config.window)  # by batch size
         self.target_step_s = _StepTimes(config.window)  # by tokens in the step
         self.between_s = _StepTimes(config.window)  # engine's own work a round, by batch
@@ -182,7 +191,10 @@ class KChooser:
         verify = self.target_step_s.get(batch * (k + 1)) or 0.0
         draft = (self.draft_step_s.get(batch) or 0.0) * k
         between = self.between_s.get(batch) or 0.0
-        return self.expected_tokens(k, mix) / max(verify + draft + between, 1e-9)
+        cost = verify + draft + between
+        if k and self.drafts_ahead:  # the draft and the engine work at once
+            cost -= min(draft, between) * (1 - 1 / self.config.time_every)
+        return self.expected_tokens(k, mix) / max(cost, 1e-9)
 
     def expected_tokens(self, k: int, mix: Mapping[str, int] | None = None) -> float:
         """E(k) from the measured acceptance: the mean over ``mix``'s sequences

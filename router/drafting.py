@@ -17,7 +17,7 @@ planned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -46,7 +46,9 @@ class _Call:
 
 
 @dataclass
-class _Plan:
+class Plan:
+    """The calls that draft for a set of sequences, one per draft worker."""
+
     calls: list[_Call] = field(default_factory=list)
     future: Future[None] | None = None
 
@@ -57,19 +59,27 @@ class Drafter:
         self.k = k
         # With overlap a whole micro-batch's calls run behind the engine's back.
         self._executor = ThreadPoolExecutor(1, "draft-overlap") if overlap else None
-        self._in_flight: dict[int, _Plan] = {}  # micro-batch -> its proposals on the way
+        self._in_flight: dict[int, Plan] = {}  # micro-batch -> its proposals on the way
 
     def propose(self, seqs: list[SequenceState], k: int | None = None) -> dict[int, Draft]:
         """``k`` drafts (the drafter's k by default) for each of ``seqs``, now."""
         return self.receive(self.send(seqs, k), seqs)
 
-    def send(self, seqs: list[SequenceState], k: int | None = None) -> _Plan:
-        """Ask the draft workers for ``k`` drafts for each of ``seqs`` (``receive`` waits)."""
-        plan = self._plan(seqs, self.k if k is None else k)
+    def send(
+        self,
+        seqs: list[SequenceState],
+        k: int | None = None,
+        coming: Mapping[int, Sequence[int]] | None = None,
+    ) -> Plan:
+        """Ask the draft workers for ``k`` drafts for each of ``seqs`` (``receive``
+        waits), each as it will be once its ``coming`` tokens (by sequence id;
+        none by default) are appended: a round sends the next round's drafts
+        before the engine has applied its outputs."""
+        plan = self._plan(seqs, self.k if k is None else k, coming or {})
         self._send(plan)
         return plan
 
-    def receive(self, plan: _Plan, seqs: list[SequenceState]) -> dict[int, Draft]:
+    def receive(self, plan: Plan, seqs: list[SequenceState]) -> dict[int, Draft]:
         """The drafts ``plan`` was sent for, applied to those of ``seqs`` unchanged since."""
         self._wait(plan)
         return self._apply(plan, set(map(id, seqs)))
@@ -79,7 +89,7 @@ class Drafter:
         assert self._executor is not None, "start() needs a drafter built with overlap"
         if micro_batch in self._in_flight or not seqs:
             return
-        plan = self._plan(seqs, self.k)
+        plan = self._plan(seqs, self.k, {})
         plan.future = self._executor.submit(self._call, plan)
         self._in_flight[micro_batch] = plan
 
@@ -92,10 +102,10 @@ class Drafter:
         plan.future.result()
         return self._apply(plan, set(map(id, seqs)))
 
-    def _plan(self, seqs: list[SequenceState], k: int) -> _Plan:
+    def _plan(self, seqs: list[SequenceState], k: int, coming: Mapping[int, Sequence[int]]) -> Plan:
         up = self.pool.up()
         if not up:
-            return _Plan()
+            return Plan()
         # Positions every draft worker holds (sequences beyond get no drafts).
         max_len = min(self.pool.infos[d].max_model_len for d in up)
         load = {d: 0 for d in up}
@@ -104,40 +114,26 @@ class Drafter:
                 load[seq.draft_worker] += 1
         groups: dict[int, list[SequenceState]] = {d: [] for d in up}
         for seq in seqs:
-            if seq.num_tokens + k - 1 > max_len:
+            if seq.num_tokens + len(coming.get(seq.seq_id, ())) + k - 1 > max_len:
                 continue  # longer than the draft model can hold: decoded without drafts
             if seq.draft_worker not in load:  # new, or its draft worker was lost
                 seq.draft_worker = min(up, key=lambda d: load[d])
                 seq.draft_cached = 0  # re-prefilled on the new draft worker
                 load[seq.draft_worker] += 1
             groups[seq.draft_worker].append(seq)
-        plan = _Plan()
+        plan = Plan()
         for draft, group in groups.items():
             if group:
-                plan.calls.append(
-                    _Call(
-                        draft,
-                        k,
-                        group,
-                        [s.num_tokens for s in group],
-                        [
-                            ProposeRequest(
-                                SequenceTokens(
-                                    s.seq_id, s.draft_cached, s.tokens_from(s.draft_cached)
-                                ),
-                                s.sampling(),
-                            )
-                            for s in group
-                        ],
-                    )
-                )
+                calls = [_request(s, coming.get(s.seq_id, ())) for s in group]
+                num_tokens = [s.num_tokens + len(coming.get(s.seq_id, ())) for s in group]
+                plan.calls.append(_Call(draft, k, group, num_tokens, calls))
         return plan
 
-    def _call(self, plan: _Plan) -> None:
+    def _call(self, plan: Plan) -> None:
         self._send(plan)
         self._wait(plan)
 
-    def _send(self, plan: _Plan) -> None:
+    def _send(self, plan: Plan) -> None:
         # A sent call holds its worker's stream until waited on; with overlap
         # two threads send, so both take the streams in the same order.
         try:
@@ -151,7 +147,7 @@ class Drafter:
             raise
 
     @staticmethod
-    def _wait(plan: _Plan) -> None:
+    def _wait(plan: Plan) -> None:
         for call in plan.calls:
             if call.wait is None:
                 continue  # could not be sent
@@ -160,7 +156,7 @@ class Drafter:
             except WorkerUnavailableError as e:
                 call.result = e
 
-    def _apply(self, plan: _Plan, current: set[int]) -> dict[int, Draft]:
+    def _apply(self, plan: Plan, current: set[int]) -> dict[int, Draft]:
         drafts: dict[int, Draft] = {}
         for call in plan.calls:
             if isinstance(call.result, WorkerUnavailableError):
@@ -199,3 +195,14 @@ class Drafter:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+
+
+def _request(seq: SequenceState, coming: Sequence[int]) -> ProposeRequest:
+    """What the draft worker lacks of ``seq`` once ``coming`` is appended (it
+    may already hold the first of them: the drafts the target accepted)."""
+    tokens = seq.tokens_from(seq.draft_cached)
+    if coming:
+        tokens = [*tokens, *coming[max(seq.draft_cached - seq.num_tokens, 0) :]]
+    return ProposeRequest(
+        SequenceTokens(seq.seq_id, seq.draft_cached, tokens), seq.sampling(len(coming))
+    )

@@ -61,7 +61,8 @@ class LLMEngine:
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
         adaptive = bool(config.speculative and config.speculative.adaptive_k)
-        chooser = KChooser(self.k) if adaptive and not config.overlap else None
+        # Without overlap, rounds draft ahead (router/rounds.py).
+        chooser = KChooser(self.k, drafts_ahead=True) if adaptive and not config.overlap else None
         self.rounds = Rounds(self.drafter, self.verifier, self.metrics, chooser, config.overlap)
         max_seqs = config.runner.max_num_seqs
         self.scheduler = Scheduler.within(
@@ -136,6 +137,7 @@ class LLMEngine:
 
     def close(self) -> None:
         """Stop the threads that call workers (the workers themselves stay)."""
+        self.rounds.drop_ahead()
         self.drafter.close()
 
     def step(self) -> list[SequenceState]:
@@ -155,6 +157,8 @@ class LLMEngine:
                 self.verifier.refresh_room(targets)
         if self.running:
             self._round(finished)
+        else:  # the drafts sent ahead have no round to go to
+            self.rounds.drop_ahead()
         self.releases.flush()
         self.stats_log.maybe_log(self.stats)
         for seq in finished:
@@ -217,7 +221,7 @@ class LLMEngine:
 
     def _round(self, finished: list[SequenceState]) -> None:
         """Draft and verify one round, and apply what comes back."""
-        shares, drafts = self.rounds.run(self.running)
+        shares, _ = self.rounds.run(self.running)
         for share in shares:
             if isinstance(share.outputs, WorkerUnavailableError):
                 self.targets.lose(share.target, share.outputs)
@@ -225,14 +229,13 @@ class LLMEngine:
                 continue
             now = time.time()  # one clock read stamps the round's sequences
             for seq, req, out in zip(share.seqs, share.requests, share.outputs, strict=True):
-                self._apply_verify(seq, req, out, seq.seq_id in drafts, finished, now)
+                self._apply_verify(seq, req, out, finished, now)
 
     def _apply_verify(
         self,
         seq: SequenceState,
         req: VerifyRequest,
         out: VerifyOutput,
-        drafted: bool,
         finished: list[SequenceState],
         now: float,
     ) -> None:
@@ -240,8 +243,6 @@ class LLMEngine:
             return self._refused(seq, out.status, finished)
         before, k = seq.num_tokens, len(req.draft_token_ids)
         seq.target_cached = before + out.num_accepted_drafts
-        if drafted:  # the draft holds the tokens and its first k-1 drafts: keep the accepted
-            seq.draft_cached = min(seq.draft_cached, before + out.num_accepted_drafts)
         if k:
             seq.counts.record(k, out.num_accepted_drafts)
             self.rounds.accepted(seq, k, out.num_accepted_drafts)

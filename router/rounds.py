@@ -6,23 +6,48 @@ verifies them all; when adaptive, k is chosen for the round by the
 except that a round holding a seeded sampling request keeps the configured k
 (a seeded sample depends on the rounds it was drafted in, so its output
 would otherwise depend on its neighbours). The verify batches are prepared
-while the draft workers draft. An in-process draft's tokens stay on the
-device into the verify; every few rounds (``time_every``) the round reads
-them back first, to time the draft's steps apart. With overlap the
-running sequences ride in two micro-batches: a round verifies one while the
-draft pool proposes for the other, always with the configured k.
+while the draft workers draft.
+
+The next round's drafts are asked for as soon as a round's outputs come,
+before the engine applies them: each sequence that goes on is sent with the
+tokens it just gained, so the draft workers draft while the engine does its
+bookkeeping, publishes, admits and prepares the next verify, which then
+finds its drafts waiting. A sequence that finishes meanwhile (by a stop
+string) or is preempted or aborted had its drafts made for nothing; the
+drafter drops them (router/drafting.py). A sequence admitted meanwhile is
+drafted for in its first round, once what was sent ahead has come back.
+Every few rounds (``time_every``, when adaptive) the round is timed instead:
+its drafts are not sent ahead, and it reads an in-process draft's tokens back
+before verifying (otherwise they stay on the device into the verify), to
+time the draft's steps apart. With overlap the running sequences ride in
+two micro-batches: a round verifies one while the draft pool proposes for
+the other, always with the configured k.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+from model_runtime.errors import WorkerUnavailableError
 from protos.messages import read_back
 from router.adaptive import KChooser
-from router.drafting import Draft, Drafter
+from router.drafting import Draft, Drafter, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
 from router.verifying import Verified, Verifier
+
+# The sequences that go on after a round, and the tokens each gained (by id).
+_Gains = tuple[list[SequenceState], dict[int, list[int]]]
+
+
+@dataclass
+class _Ahead:
+    """The next round's drafts, asked for when this round's outputs came."""
+
+    k: int
+    plan: Plan | None  # None: k is 0
+    seq_ids: set[int]  # the sequences it drafts for
 
 
 class Rounds:
@@ -43,29 +68,28 @@ class Rounds:
         self._turn = 0  # the micro-batch to verify next, with overlap
         self._rounds = 0
         self._ended: tuple[int, float] | None = None  # the last round's batch size and end
+        self._ahead: _Ahead | None = None
 
     def run(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
-        """Draft and verify one round: the verified shares, and the drafts by sequence id."""
+        """Draft and verify one round: the verified shares, and the drafts by
+        sequence id; then send the next round's drafts."""
         if self.overlap and self.k:
-            return self._overlapped(running)
+            shares, drafts = self._overlapped(running)
+            self._note_drafted(shares, drafts)
+            return shares, drafts
         seqs = list(running)
-        seeded = any(s.options.seed is not None and not s.options.greedy for s in seqs)
-        if self.chooser is None or seeded:
-            k = self.k
-        else:
-            k = self.chooser.choose(len(seqs), (s.acceptance_kind for s in seqs))
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
         self._rounds += 1
-        every = self.chooser.config.time_every if self.chooser is not None else 0
-        timed = bool(every) and (self._rounds - 1) % every == 0
+        timed = self._timed(self._rounds)
         start = time.perf_counter()
         if self.chooser is not None and self._ended is not None:
             self.chooser.observe_between(self._ended[0], start - self._ended[1])
-        plan = self.drafter.send(seqs, k) if k else None
+        k, drafts, plan = self._start_drafts(seqs)
         try:
             prepared = self.verifier.prepare(seqs)  # while the draft workers draft
         finally:  # a sent batch holds its stream until received
-            drafts = self.drafter.receive(plan, seqs) if plan is not None else {}
+            if plan is not None:
+                drafts.update(self.drafter.receive(plan, seqs))
         if timed:  # the draft's steps are done when its tokens are on the host
             read_back(tokens for tokens, _, _ in drafts.values())
         drafted = time.perf_counter()
@@ -80,6 +104,8 @@ class Rounds:
             draft_s = drafted - start if steady else None
             self.chooser.observe_round(len(seqs), k, draft_s, ended - drafted)
         self._ended = (len(seqs), ended)
+        if self.k:  # (a draft pool to send to)
+            self._send_ahead(self._note_drafted(shares, drafts))
         return shares, drafts
 
     def skip_gap(self) -> None:
@@ -87,11 +113,70 @@ class Rounds:
         (prefilled, requeued or moved sequences): that gap is not timed."""
         self._ended = None
 
+    def drop_ahead(self) -> None:
+        """Wait for and drop the drafts sent ahead (no round is coming to use them)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.plan is not None:
+            self.drafter.receive(ahead.plan, [])
+
     def accepted(self, seq: SequenceState, k: int, num_accepted: int) -> None:
         """``seq``'s ``k`` drafts came back with the first ``num_accepted`` passed."""
         self.metrics.record(k, num_accepted)
         if self.chooser is not None:
             self.chooser.observe_acceptance(k, num_accepted, seq.acceptance_kind)
+
+    def _timed(self, round_number: int) -> bool:
+        every = self.chooser.config.time_every if self.chooser is not None else 0
+        return bool(every) and (round_number - 1) % every == 0
+
+    def _choose(self, seqs: list[SequenceState]) -> int:
+        """The round's k: the chooser's, or the configured one (a seeded sample)."""
+        if self.chooser is None or _seeded(seqs):
+            return self.k
+        return self.chooser.choose(len(seqs), (s.acceptance_kind for s in seqs))
+
+    def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, dict[int, Draft], Plan | None]:
+        """The round's k, the drafts already here, and the plan on the way."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            k = self._choose(seqs)
+            return k, {}, self.drafter.send(seqs, k) if k else None
+        late = [s for s in seqs if s.seq_id not in ahead.seq_ids]
+        if not late:
+            return ahead.k, {}, ahead.plan
+        # Admitted since the drafts were sent ahead: drafted once those are back.
+        drafts = self.drafter.receive(ahead.plan, seqs) if ahead.plan is not None else {}
+        k = self.k if _seeded(late) else ahead.k
+        return ahead.k, drafts, self.drafter.send(late, k) if k else None
+
+    @staticmethod
+    def _note_drafted(shares: list[Verified], drafts: dict[int, Draft]) -> _Gains:
+        """Keep of each drafted sequence's draft KV only the drafts the target
+        accepted; return the sequences that go on, and the tokens each gains."""
+        going: list[SequenceState] = []
+        gained: dict[int, list[int]] = {}
+        for share in shares:
+            if isinstance(share.outputs, WorkerUnavailableError):
+                continue
+            for seq, out in zip(share.seqs, share.outputs, strict=True):
+                if not out.status.ok:
+                    continue
+                if seq.seq_id in drafts:  # the draft holds the tokens and its first k-1 drafts
+                    accepted = seq.num_tokens + out.num_accepted_drafts
+                    seq.draft_cached = min(seq.draft_cached, accepted)
+                if not seq.will_finish(out.token_ids):
+                    going.append(seq)
+                    gained[seq.seq_id] = out.token_ids
+        return going, gained
+
+    def _send_ahead(self, gains: _Gains) -> None:
+        """Ask for the next round's drafts for the sequences that go on."""
+        seqs, gained = gains
+        if not seqs or self._timed(self._rounds + 1):
+            return
+        k = self._choose(seqs)
+        plan = self.drafter.send(seqs, k, gained) if k else None
+        self._ahead = _Ahead(k, plan, set(gained))
 
     def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
         groups = {m: [s for s in running if s.micro_batch == m] for m in (0, 1)}
@@ -101,3 +186,7 @@ class Rounds:
         self._turn = 1 - now
         self.metrics.record_round(self.k)
         return self.verifier.verify(groups[now], drafts), drafts
+
+
+def _seeded(seqs: list[SequenceState]) -> bool:
+    return any(s.options.seed is not None and not s.options.greedy for s in seqs)

@@ -94,11 +94,12 @@ class SequenceState:
         past = start - len(self.prompt_ids)
         return self.output_ids[past:] if past >= 0 else self.prompt_ids[start:] + self.output_ids
 
-    def sampling(self) -> SamplingOptions:
-        """How the next call samples: ``options``, and while fewer than
-        min_tokens tokens came, EOS (unless ignored) and the stop tokens
-        suppressed for the positions still short of it."""
-        left = self.params.min_tokens - len(self.output_ids)
+    def sampling(self, coming: int = 0) -> SamplingOptions:
+        """How the next call samples (once ``coming`` more tokens are
+        appended): ``options``, and while fewer than min_tokens tokens came,
+        EOS (unless ignored) and the stop tokens suppressed for the positions
+        still short of it."""
+        left = self.params.min_tokens - len(self.output_ids) - coming
         if left <= 0:
             return self.options
         eos = [] if self.params.ignore_eos or self.eos_token_id is None else [self.eos_token_id]
@@ -157,9 +158,24 @@ class SequenceState:
         if logprobs:
             self.logprobs.extend(logprobs[:end])
 
+    def will_finish(self, token_ids: list[int]) -> bool:
+        """Whether appending ``token_ids`` surely finishes the sequence (by a
+        stop token, EOS or its length; a stop string is not looked for)."""
+        return self._finishing(token_ids)[1] is not None
+
     def _first_finishing(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` to keep: up to the first that stops the
         sequence (a stop token or EOS) or reaches its length; sets why."""
+        end, reason, token = self._finishing(token_ids)
+        if reason is not None:
+            self.finish_reason = reason
+        if token is not None:
+            self.stop_reason = token
+        return end
+
+    def _finishing(self, token_ids: list[int]) -> tuple[int, str | None, int | None]:
+        """How many of ``token_ids`` to keep, why they finish the sequence
+        (None: they don't), and the stop token that does."""
         p = self.params
         room = self.max_model_len - self.num_tokens
         if p.max_tokens is not None:
@@ -167,14 +183,10 @@ class SequenceState:
         eos = None if p.ignore_eos else self.eos_token_id
         for i, token in enumerate(token_ids[:room]):
             if p.stop_token_ids and token in p.stop_token_ids:
-                self.finish_reason, self.stop_reason = "stop", token
-                return i + 1
+                return i + 1, "stop", token
             if token == eos:
-                self.finish_reason = "stop"
-                return i + 1
-        if room <= len(token_ids):
-            self.finish_reason = "length"
-        return min(room, len(token_ids))
+                return i + 1, "stop", None
+        return min(room, len(token_ids)), "length" if room <= len(token_ids) else None, None
 
     def _append_one(self, token: int, logprob: TokenLogprob | None) -> None:
         p = self.params

@@ -1,10 +1,12 @@
 """How a round calls its workers: the draft batches go out first, the verify
-batches are prepared while the draft workers draft, and every worker of a
-pool is sent to before any is waited on."""
+batches are prepared while the draft workers draft, every worker of a pool
+is sent to before any is waited on, and the next round's drafts are asked
+for as soon as the verify outputs come."""
 
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +32,7 @@ class SplitDraft:
 
     def __init__(self, name: str, events: list[str]):
         self.name, self.events, self.num_free_blocks = name, events, 1024
+        self.asked: list[list[ProposeRequest]] = []  # each batch sent
 
     def describe(self) -> WorkerInfo:
         return INFO
@@ -38,6 +41,7 @@ class SplitDraft:
         self, requests: Sequence[ProposeRequest], k: int
     ) -> Callable[[], list[Proposal]]:
         self.events.append(f"send {self.name}")
+        self.asked.append(list(requests))
 
         def wait() -> list[Proposal]:
             self.events.append(f"wait {self.name}")
@@ -64,46 +68,115 @@ class SplitTarget:
         def send() -> Callable[[], list[VerifyOutput]]:
             self.events.append("send verify")
             self.sent = [list(r.draft_token_ids) for r in requests]
-            return lambda: [
-                VerifyOutput(r.tokens.seq_id, OK, [*r.draft_token_ids, 9], len(r.draft_token_ids))
-                for r in requests
-            ]
+
+            def wait() -> list[VerifyOutput]:
+                self.events.append("wait verify")
+                return [
+                    VerifyOutput(
+                        r.tokens.seq_id, OK, [*r.draft_token_ids, 9], len(r.draft_token_ids)
+                    )
+                    for r in requests
+                ]
+
+            return wait
 
         return send
 
 
-def running(num: int, num_drafts: int) -> list[SequenceState]:
+def running(num: int, num_drafts: int, max_tokens: int = 64) -> list[SequenceState]:
     tokenizer = AutoTokenizer.from_pretrained(specserve.resolve_model("specserve/demo-target"))
-    ids = itertools.count()
+    ids = itertools.count(secrets.randbits(32))
     seqs = []
     for i in range(num):
-        params = SamplingParams(temperature=0, max_tokens=64)
+        params = SamplingParams(temperature=0, max_tokens=max_tokens)
         (seq,) = new_sequences(ids, f"r{i}", [1, 2, 3], params, tokenizer, 512, {})
         seq.target_worker, seq.target_cached, seq.draft_worker = 0, 3, i % num_drafts
         seqs.append(seq)
     return seqs
 
 
-def one_round(num_drafts: int) -> tuple[list[str], SplitTarget]:
-    events: list[str] = []
-    drafts = WorkerPool([SplitDraft(f"draft {d}", events) for d in range(num_drafts)], "draft")
-    target = SplitTarget(events)
-    verifier = Verifier(WorkerPool([target], "target"), max_model_len=512)
-    rounds = Rounds(Drafter(drafts, 3, overlap=False), verifier, SpeculationMetrics(3), None, False)
-    rounds.run(running(4, num_drafts))
-    return events, target
+class Workers:
+    """Rounds over split draft workers and one split target, and what they saw."""
+
+    def __init__(self, num_drafts: int):
+        self.events: list[str] = []
+        self.drafts = [SplitDraft(f"draft {d}", self.events) for d in range(num_drafts)]
+        self.target = SplitTarget(self.events)
+        verifier = Verifier(WorkerPool([self.target], "target"), max_model_len=512)
+        drafter = Drafter(WorkerPool(self.drafts, "draft"), 3, overlap=False)
+        self.rounds = Rounds(drafter, verifier, SpeculationMetrics(3), None, False)
+
+    def round(self, seqs: list[SequenceState]) -> list[str]:
+        """Run a round and apply its outputs as the engine does; the events it caused."""
+        self.events.clear()
+        shares, _ = self.rounds.run(seqs)
+        for share in shares:
+            assert isinstance(share.outputs, list)
+            for seq, out in zip(share.seqs, share.outputs, strict=True):
+                seq.target_cached = seq.num_tokens + out.num_accepted_drafts
+                seq.append(out.token_ids)
+        return list(self.events)
 
 
 def test_a_round_prepares_its_verify_batch_while_the_draft_drafts() -> None:
-    events, target = one_round(num_drafts=1)
-    assert events == ["send draft 0", "prepare verify", "wait draft 0", "send verify"]
-    assert target.sent == [[7, 7, 7]] * 4  # the drafts were filled in after preparing
+    workers = Workers(num_drafts=1)
+    events = workers.round(running(4, 1))
+    assert events[:4] == ["send draft 0", "prepare verify", "wait draft 0", "send verify"]
+    assert workers.target.sent == [[7, 7, 7]] * 4  # the drafts were filled in after preparing
 
 
 def test_every_draft_worker_is_sent_its_batch_before_any_is_waited_on() -> None:
-    events, _ = one_round(num_drafts=2)
+    events = Workers(num_drafts=2).round(running(4, 2))
     assert events[:2] == ["send draft 0", "send draft 1"]
-    assert events[2:] == ["prepare verify", "wait draft 0", "wait draft 1", "send verify"]
+    assert events[2:5] == ["prepare verify", "wait draft 0", "wait draft 1"]
+
+
+def test_the_next_rounds_drafts_are_asked_for_as_soon_as_the_outputs_come() -> None:
+    workers = Workers(num_drafts=1)
+    seqs = running(2, 1)
+    events = workers.round(seqs)
+    assert events[3:] == ["send verify", "wait verify", "send draft 0"]
+    # Each sequence had 3 tokens and the draft 3 + 2 drafts; all 3 drafts
+    # passed, and 9 followed: the draft lacks the last draft and the 9.
+    ahead = workers.drafts[0].asked[-1]
+    assert [(r.tokens.cached_len, r.tokens.token_ids) for r in ahead] == [(5, [7, 9])] * 2
+    assert [s.output_ids for s in seqs] == [[7, 7, 7, 9]] * 2  # applied after sending
+
+
+def test_a_round_uses_the_drafts_sent_ahead_without_asking_again() -> None:
+    workers = Workers(num_drafts=1)
+    seqs = running(2, 1)
+    workers.round(seqs)
+    events = workers.round(seqs)
+    assert events == [
+        *["prepare verify", "wait draft 0", "send verify", "wait verify", "send draft 0"]
+    ]
+    assert workers.target.sent == [[7, 7, 7]] * 2
+
+
+def test_a_sequence_that_surely_finishes_is_not_drafted_ahead() -> None:
+    workers = Workers(num_drafts=1)
+    seqs = running(1, 1, max_tokens=6) + running(1, 1, max_tokens=4)  # 4 tokens a round
+    workers.round(seqs)
+    assert [r.tokens.seq_id for r in workers.drafts[0].asked[-1]] == [seqs[0].seq_id]
+
+
+def test_a_sequence_admitted_after_the_drafts_went_ahead_is_drafted_in_its_first_round() -> None:
+    workers = Workers(num_drafts=1)
+    first, later = running(1, 1), running(1, 1)
+    workers.round(first)
+    events = workers.round(first + later)
+    assert events[:3] == ["wait draft 0", "send draft 0", "prepare verify"]
+    assert [r.tokens.seq_id for r in workers.drafts[0].asked[-2]] == [later[0].seq_id]
+    assert workers.target.sent == [[7, 7, 7]] * 2
+
+
+def test_drafts_sent_ahead_with_no_round_to_go_to_are_waited_for() -> None:
+    workers = Workers(num_drafts=1)
+    workers.round(running(1, 1))
+    workers.events.clear()
+    workers.rounds.drop_ahead()
+    assert workers.events == ["wait draft 0"]
 
 
 def test_a_round_that_fails_while_preparing_still_waits_for_the_drafts_it_sent() -> None:
