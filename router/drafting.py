@@ -70,12 +70,14 @@ class Drafter:
         seqs: list[SequenceState],
         k: int | None = None,
         coming: Mapping[int, Sequence[int]] | None = None,
+        beside: Sequence[SequenceState] = (),
     ) -> Plan:
         """Ask the draft workers for ``k`` drafts for each of ``seqs`` (``receive``
         waits), each as it will be once its ``coming`` tokens (by sequence id;
         none by default) are appended: a round sends the next round's drafts
-        before the engine has applied its outputs."""
-        plan = self._plan(seqs, self.k if k is None else k, coming or {})
+        before the engine has applied its outputs. Sequences drafted for
+        ``beside`` this plan count in the load a new sequence is placed by."""
+        plan = self._plan(seqs, self.k if k is None else k, coming or {}, beside)
         self._send(plan)
         return plan
 
@@ -102,14 +104,20 @@ class Drafter:
         plan.future.result()
         return self._apply(plan, set(map(id, seqs)))
 
-    def _plan(self, seqs: list[SequenceState], k: int, coming: Mapping[int, Sequence[int]]) -> Plan:
+    def _plan(
+        self,
+        seqs: list[SequenceState],
+        k: int,
+        coming: Mapping[int, Sequence[int]],
+        beside: Sequence[SequenceState] = (),
+    ) -> Plan:
         up = self.pool.up()
         if not up:
             return Plan()
         # Positions every draft worker holds (sequences beyond get no drafts).
         max_len = min(self.pool.infos[d].max_model_len for d in up)
         load = {d: 0 for d in up}
-        for seq in seqs:
+        for seq in (*seqs, *beside):
             if seq.draft_worker in load:
                 load[seq.draft_worker] += 1
         groups: dict[int, list[SequenceState]] = {d: [] for d in up}

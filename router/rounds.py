@@ -147,7 +147,8 @@ class Rounds:
         # Admitted since the drafts were sent ahead: drafted once those are back.
         drafts = self.drafter.receive(ahead.plan, seqs) if ahead.plan is not None else {}
         k = self.k if _seeded(late) else ahead.k
-        return ahead.k, drafts, self.drafter.send(late, k) if k else None
+        early = [s for s in seqs if s.seq_id in ahead.seq_ids]  # their workers' load counts
+        return ahead.k, drafts, self.drafter.send(late, k, beside=early) if k else None
 
     @staticmethod
     def _note_drafted(shares: list[Verified], drafts: dict[int, Draft]) -> _Gains:

@@ -171,6 +171,15 @@ def test_a_sequence_admitted_after_the_drafts_went_ahead_is_drafted_in_its_first
     assert workers.target.sent == [[7, 7, 7]] * 2
 
 
+def test_a_sequence_admitted_late_goes_to_the_draft_worker_the_others_load_least() -> None:
+    workers = Workers(num_drafts=2)
+    first, later = running(2, 1), running(1, 1)  # the first two on draft 0
+    later[0].draft_worker = -1  # new: not placed yet
+    workers.round(first)
+    workers.round(first + later)
+    assert later[0].draft_worker == 1
+
+
 def test_drafts_sent_ahead_with_no_round_to_go_to_are_waited_for() -> None:
     workers = Workers(num_drafts=1)
     workers.round(running(1, 1))
