@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from model_runtime.sampling import SamplingOptions
 from model_runtime.status import OK, SequenceStatus
 from protos import common_pb2 as pb
+from protos.batch_columns import ProposeColumns
 from protos.distributions import pack_distributions, unpack_distributions
 from protos.fields import sampling_from_proto, sampling_to_proto, status_from_proto, status_to_proto
 from protos.messages import SequenceTokens
@@ -60,13 +61,20 @@ def sequences_to_proto(
         cached_lens.append(t.cached_len)
         num_tokens.append(len(t.token_ids))
         flat += t.token_ids
+    return columns_to_proto(
+        ProposeColumns(seq_ids, cached_lens, num_tokens, flat, list(distinct), index)
+    )
+
+
+def columns_to_proto(c: ProposeColumns) -> pb.SequenceBatch:
+    """A batch already in columns, as it is."""
     return pb.SequenceBatch(
-        seq_ids=seq_ids,
-        cached_lens=cached_lens,
-        num_tokens=num_tokens,
-        token_ids=flat,
-        samplings=[sampling_to_proto(o) for o in distinct],
-        sampling_index=index,
+        seq_ids=c.seq_ids,
+        cached_lens=c.cached_lens,
+        num_tokens=c.num_tokens,
+        token_ids=c.token_ids,
+        samplings=[sampling_to_proto(o) for o in c.samplings],
+        sampling_index=c.sampling_index,
     )
 
 

@@ -15,8 +15,10 @@ from itertools import accumulate
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
+from protos.batch_columns import ProposeColumns, VerifyColumns, seq_ids_of
 from protos.columns import (
     Drafted,
+    columns_to_proto,
     drafts_from_proto,
     drafts_to_proto,
     failed_to_proto,
@@ -40,11 +42,12 @@ def sequences_of(requests: Sequence[ProposeRequest] | Sequence[VerifyRequest]) -
 def propose_batch_to_proto(
     batch_id: int, requests: Sequence[ProposeRequest], k: int
 ) -> dpb.ProposeBatch:
-    return dpb.ProposeBatch(
-        batch_id=batch_id,
-        num_draft_tokens=k,
-        sequences=sequences_of(requests),
-    )
+    """A batch of requests, or of columns (taken as they are)."""
+    if isinstance(requests, ProposeColumns):
+        sequences = columns_to_proto(requests)
+    else:
+        sequences = sequences_of(requests)
+    return dpb.ProposeBatch(batch_id=batch_id, num_draft_tokens=k, sequences=sequences)
 
 
 def propose_batch_from_proto(m: dpb.ProposeBatch) -> list[ProposeRequest]:
@@ -76,9 +79,9 @@ def propose_result_from_proto(
     n = len(requests)
     statuses = statuses_from_proto(m.failed, n)
     return [
-        Proposal(r.tokens.seq_id, status, tokens, ids, probs)
-        for r, status, (tokens, ids, probs) in zip(
-            requests, statuses, drafts_from_proto(m.drafts, n), strict=True
+        Proposal(seq_id, status, tokens, ids, probs)
+        for seq_id, status, (tokens, ids, probs) in zip(
+            seq_ids_of(requests), statuses, drafts_from_proto(m.drafts, n), strict=True
         )
     ]
 
@@ -127,26 +130,34 @@ def verify_result_to_proto(
 
 def verify_result_from_proto(
     m: tpb.VerifyResult, requests: Sequence[VerifyRequest]
-) -> list[VerifyOutput]:
-    """The outputs answering ``requests`` (ValueError if they cannot)."""
+) -> VerifyColumns:
+    """The outputs answering ``requests`` (ValueError if they cannot): their
+    columns at once, every output's message when first read."""
     n = len(requests)
     if len(m.num_accepted_drafts) != n:
         raise ValueError(f"{len(m.num_accepted_drafts)} outputs for a batch of {n}")
-    statuses = statuses_from_proto(m.failed, n)
-    tokens = split(m.token_ids, m.num_tokens) if len(m.num_tokens) == n else None
-    if tokens is None:
+    if len(m.num_tokens) != n:
         raise ValueError(f"token counts for {len(m.num_tokens)} sequences in a batch of {n}")
-    logprobs = [logprob_from_proto(t) for t in m.logprobs]
+    num_tokens, flat = list(m.num_tokens), list(m.token_ids)
+    if sum(num_tokens) != len(flat):
+        raise ValueError(f"{len(flat)} tokens for counts adding up to {sum(num_tokens)}")
+    statuses = statuses_from_proto(m.failed, n)
+    accepted = list(m.num_accepted_drafts)
     counts = list(m.num_logprobs) or [0] * n
-    if len(counts) != n or sum(counts) != len(logprobs):
-        raise ValueError(f"{len(logprobs)} logprobs for counts {counts}")
-    ends = accumulate(counts)
-    return [
-        VerifyOutput(r.tokens.seq_id, s, t, a, logprobs[end - c : end])
-        for r, s, t, a, c, end in zip(
-            requests, statuses, tokens, m.num_accepted_drafts, counts, ends, strict=True
-        )
-    ]
+    if len(counts) != n or sum(counts) != len(m.logprobs):
+        raise ValueError(f"{len(m.logprobs)} logprobs for counts {counts}")
+
+    def parse() -> list[VerifyOutput]:
+        tokens = split(flat, num_tokens)
+        logprobs = [logprob_from_proto(t) for t in m.logprobs]
+        return [
+            VerifyOutput(r.tokens.seq_id, s, t, a, logprobs[end - c : end])
+            for r, s, t, a, c, end in zip(
+                requests, statuses, tokens, accepted, counts, accumulate(counts), strict=True
+            )
+        ]
+
+    return VerifyColumns(num_tokens, flat, accepted, set(m.failed.keys()), parse)
 
 
 def prefill_batch_to_proto(batch_id: int, requests: Sequence[VerifyRequest]) -> tpb.PrefillBatch:

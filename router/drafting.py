@@ -26,6 +26,7 @@ import torch
 from model_runtime.errors import WorkerUnavailableError
 from model_runtime.status import StatusCode
 from protos.messages import Proposal, ProposeRequest, SequenceTokens
+from router.ahead import NextDrafts
 from router.clients import DraftClient, start_propose
 from router.pool import WorkerPool
 from router.sequence import SequenceState
@@ -39,8 +40,8 @@ class _Call:
     draft: int
     k: int
     seqs: list[SequenceState]
-    num_tokens: list[int]  # of each sequence when planned
-    requests: list[ProposeRequest]
+    num_tokens: list[int]  # of each sequence when its drafts are to apply
+    requests: Sequence[ProposeRequest]  # (ProposeColumns, for the next round's)
     wait: Callable[[], list[Proposal]] | None = None  # once sent
     result: list[Proposal] | WorkerUnavailableError | None = None
 
@@ -66,20 +67,28 @@ class Drafter:
         return self.receive(self.send(seqs, k), seqs)
 
     def send(
-        self,
-        seqs: list[SequenceState],
-        k: int | None = None,
-        coming: Mapping[int, Sequence[int]] | None = None,
-        beside: Sequence[SequenceState] = (),
+        self, seqs: list[SequenceState], k: int | None = None, beside: Sequence[SequenceState] = ()
     ) -> Plan:
         """Ask the draft workers for ``k`` drafts for each of ``seqs`` (``receive``
-        waits), each as it will be once its ``coming`` tokens (by sequence id;
-        none by default) are appended: a round sends the next round's drafts
-        before the engine has applied its outputs. Sequences drafted for
-        ``beside`` this plan count in the load a new sequence is placed by."""
-        plan = self._plan(seqs, self.k if k is None else k, coming or {}, beside)
+        waits). Sequences drafted for ``beside`` this plan count in the load a
+        new sequence is placed by."""
+        plan = self._plan(seqs, self.k if k is None else k, beside)
         self._send(plan)
         return plan
+
+    def send_next(self, parts: Mapping[int, NextDrafts], k: int) -> Plan:
+        """Ask each draft worker for ``k`` drafts for its part of the next round
+        (router/ahead.py: cut from a round's outputs, before they are applied)."""
+        plan = Plan(
+            [_Call(d, k, p.seqs, p.num_tokens, p.batch) for d, p in sorted(parts.items()) if p.seqs]
+        )
+        self._send(plan)
+        return plan
+
+    def up_to(self) -> tuple[list[int], int]:
+        """The draft workers up, and the positions all of them hold."""
+        up = self.pool.up()
+        return up, min((self.pool.infos[d].max_model_len for d in up), default=0)
 
     def receive(self, plan: Plan, seqs: list[SequenceState]) -> dict[int, Draft]:
         """The drafts ``plan`` was sent for, applied to those of ``seqs`` unchanged since."""
@@ -91,7 +100,7 @@ class Drafter:
         assert self._executor is not None, "start() needs a drafter built with overlap"
         if micro_batch in self._in_flight or not seqs:
             return
-        plan = self._plan(seqs, self.k, {})
+        plan = self._plan(seqs, self.k)
         plan.future = self._executor.submit(self._call, plan)
         self._in_flight[micro_batch] = plan
 
@@ -105,24 +114,18 @@ class Drafter:
         return self._apply(plan, set(map(id, seqs)))
 
     def _plan(
-        self,
-        seqs: list[SequenceState],
-        k: int,
-        coming: Mapping[int, Sequence[int]],
-        beside: Sequence[SequenceState] = (),
+        self, seqs: list[SequenceState], k: int, beside: Sequence[SequenceState] = ()
     ) -> Plan:
-        up = self.pool.up()
+        up, max_len = self.up_to()  # (sequences longer than max_len get no drafts)
         if not up:
             return Plan()
-        # Positions every draft worker holds (sequences beyond get no drafts).
-        max_len = min(self.pool.infos[d].max_model_len for d in up)
         load = {d: 0 for d in up}
         for seq in (*seqs, *beside):
             if seq.draft_worker in load:
                 load[seq.draft_worker] += 1
         groups: dict[int, list[SequenceState]] = {d: [] for d in up}
         for seq in seqs:
-            if seq.num_tokens + len(coming.get(seq.seq_id, ())) + k - 1 > max_len:
+            if seq.num_tokens + k - 1 > max_len:
                 continue  # longer than the draft model can hold: decoded without drafts
             if seq.draft_worker not in load:  # new, or its draft worker was lost
                 seq.draft_worker = min(up, key=lambda d: load[d])
@@ -132,9 +135,8 @@ class Drafter:
         plan = Plan()
         for draft, group in groups.items():
             if group:
-                calls = [_request(s, coming.get(s.seq_id, ())) for s in group]
-                num_tokens = [s.num_tokens + len(coming.get(s.seq_id, ())) for s in group]
-                plan.calls.append(_Call(draft, k, group, num_tokens, calls))
+                requests = [_request(s) for s in group]
+                plan.calls.append(_Call(draft, k, group, [s.num_tokens for s in group], requests))
         return plan
 
     def _call(self, plan: Plan) -> None:
@@ -205,12 +207,7 @@ class Drafter:
             self._executor.shutdown(wait=True)
 
 
-def _request(seq: SequenceState, coming: Sequence[int]) -> ProposeRequest:
-    """What the draft worker lacks of ``seq`` once ``coming`` is appended (it
-    may already hold the first of them: the drafts the target accepted)."""
-    tokens = seq.tokens_from(seq.draft_cached)
-    if coming:
-        tokens = [*tokens, *coming[max(seq.draft_cached - seq.num_tokens, 0) :]]
-    return ProposeRequest(
-        SequenceTokens(seq.seq_id, seq.draft_cached, tokens), seq.sampling(len(coming))
-    )
+def _request(seq: SequenceState) -> ProposeRequest:
+    """What the draft worker lacks of ``seq``."""
+    tokens = SequenceTokens(seq.seq_id, seq.draft_cached, seq.tokens_from(seq.draft_cached))
+    return ProposeRequest(tokens, seq.sampling())

@@ -218,18 +218,18 @@ class GrpcTargetClient(_GrpcWorker):
         self._free_blocks = result.num_free_blocks
         return [convert.prefill_output_from_proto(o) for o in result.outputs]
 
-    def verify(self, requests: Sequence[VerifyRequest]) -> list[VerifyOutput]:
+    def verify(self, requests: Sequence[VerifyRequest]) -> Sequence[VerifyOutput]:
         return self.prepare_verify(requests)()()
 
     def prepare_verify(
         self, requests: Sequence[VerifyRequest]
-    ) -> Callable[[], Callable[[], list[VerifyOutput]]]:
+    ) -> Callable[[], Callable[[], Sequence[VerifyOutput]]]:
         """Encode the batch's sequences now; what is returned sends the batch
         with the drafts ``requests`` hold by then, and returns what waits for
         the outputs."""
         sequences = convert.sequences_of(requests)
 
-        def send() -> Callable[[], list[VerifyOutput]]:
+        def send() -> Callable[[], Sequence[VerifyOutput]]:
             message = convert.verify_batch_to_proto(next(self._batch_ids), requests, sequences)
             wait = self._verify.start(message)
             return self._parsed(wait, convert.verify_result_from_proto, requests)

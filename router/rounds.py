@@ -30,15 +30,14 @@ import time
 from dataclasses import dataclass
 
 from model_runtime.errors import WorkerUnavailableError
+from protos.batch_columns import VerifyColumns
 from protos.messages import read_back
 from router.adaptive import KChooser
+from router.ahead import NextDrafts, cut_next
 from router.drafting import Draft, Drafter, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
 from router.verifying import Verified, Verifier
-
-# The sequences that go on after a round, and the tokens each gained (by id).
-_Gains = tuple[list[SequenceState], dict[int, list[int]]]
 
 
 @dataclass
@@ -105,7 +104,8 @@ class Rounds:
             self.chooser.observe_round(len(seqs), k, draft_s, ended - drafted)
         self._ended = (len(seqs), ended)
         if self.k:  # (a draft pool to send to)
-            self._send_ahead(self._note_drafted(shares, drafts))
+            self._send_ahead(shares)
+            self._note_drafted(shares, drafts)
         return shares, drafts
 
     def skip_gap(self) -> None:
@@ -151,33 +151,37 @@ class Rounds:
         return ahead.k, drafts, self.drafter.send(late, k, beside=early) if k else None
 
     @staticmethod
-    def _note_drafted(shares: list[Verified], drafts: dict[int, Draft]) -> _Gains:
-        """Keep of each drafted sequence's draft KV only the drafts the target
-        accepted; return the sequences that go on, and the tokens each gains."""
-        going: list[SequenceState] = []
-        gained: dict[int, list[int]] = {}
+    def _note_drafted(shares: list[Verified], drafts: dict[int, Draft]) -> None:
+        """Keep of each drafted sequence's draft KV only the drafts the target accepted."""
         for share in shares:
             if isinstance(share.outputs, WorkerUnavailableError):
                 continue
             for seq, out in zip(share.seqs, share.outputs, strict=True):
-                if not out.status.ok:
-                    continue
-                if seq.seq_id in drafts:  # the draft holds the tokens and its first k-1 drafts
+                if out.status.ok and seq.seq_id in drafts:  # it holds its first k-1 drafts
                     accepted = seq.num_tokens + out.num_accepted_drafts
                     seq.draft_cached = min(seq.draft_cached, accepted)
-                if not seq.will_finish(out.token_ids):
-                    going.append(seq)
-                    gained[seq.seq_id] = out.token_ids
-        return going, gained
 
-    def _send_ahead(self, gains: _Gains) -> None:
-        """Ask for the next round's drafts for the sequences that go on."""
-        seqs, gained = gains
-        if not seqs or self._timed(self._rounds + 1):
+    def _send_ahead(self, shares: list[Verified]) -> None:
+        """Ask for the next round's drafts for the sequences that go on, cut from
+        the outputs' columns (router/ahead.py) before anything else reads them."""
+        live = [s for s in shares if not isinstance(s.outputs, WorkerUnavailableError)]
+        if not live or self._timed(self._rounds + 1):
             return
-        k = self._choose(seqs)
-        plan = self.drafter.send(seqs, k, gained) if k else None
-        self._ahead = _Ahead(k, plan, set(gained))
+        if self.chooser is None or any(s.facts.seeded for s in live):
+            k = self.k
+        else:
+            kinds = [kind for s in live for kind in s.facts.kinds]
+            k = self.chooser.choose(len(kinds), kinds)
+        parts: dict[int, NextDrafts] = {}
+        if k:
+            workers, max_len = self.drafter.up_to()
+            for share in live:
+                outputs = VerifyColumns.of(share.outputs)  # type: ignore[arg-type]
+                cut_next(share.facts, outputs, k, workers, max_len, into=parts)
+        plan = self.drafter.send_next(parts, k) if parts else None
+        ids = [s.seq_id for share in live for s in share.seqs] if not k else []
+        ids += [seq_id for p in parts.values() for seq_id in p.batch.seq_ids]
+        self._ahead = _Ahead(k, plan, set(ids))
 
     def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
         groups = {m: [s for s in running if s.micro_batch == m] for m in (0, 1)}

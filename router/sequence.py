@@ -79,10 +79,23 @@ class SequenceState:
     decoded: int = 0  # output tokens the detokenizer has seen
     num_tokens: int = field(init=False)  # of all_ids, kept as tokens are appended
     acceptance_kind: str = field(init=False)  # whose acceptance its drafts count in
+    stop_ids: frozenset[int] = field(init=False)  # tokens that end it (EOS unless ignored)
 
     def __post_init__(self) -> None:
         self.num_tokens = len(self.prompt_ids) + len(self.output_ids)
         self.acceptance_kind = acceptance_kind(self.options)
+        stops = set(self.params.stop_token_ids or ())
+        if self.eos_token_id is not None and not self.params.ignore_eos:
+            stops.add(self.eos_token_id)
+        self.stop_ids = frozenset(stops)
+
+    @property
+    def room(self) -> int:
+        """Tokens it may still gain before its length ends it."""
+        room = self.max_model_len - self.num_tokens
+        if self.params.max_tokens is not None:
+            room = min(room, self.params.max_tokens - len(self.output_ids))
+        return room
 
     @property
     def all_ids(self) -> list[int]:
@@ -158,11 +171,6 @@ class SequenceState:
         if logprobs:
             self.logprobs.extend(logprobs[:end])
 
-    def will_finish(self, token_ids: list[int]) -> bool:
-        """Whether appending ``token_ids`` surely finishes the sequence (by a
-        stop token, EOS or its length; a stop string is not looked for)."""
-        return self._finishing(token_ids)[1] is not None
-
     def _first_finishing(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` to keep: up to the first that stops the
         sequence (a stop token or EOS) or reaches its length; sets why."""
@@ -177,9 +185,7 @@ class SequenceState:
         """How many of ``token_ids`` to keep, why they finish the sequence
         (None: they don't), and the stop token that does."""
         p = self.params
-        room = self.max_model_len - self.num_tokens
-        if p.max_tokens is not None:
-            room = min(room, p.max_tokens - len(self.output_ids))
+        room = self.room
         eos = None if p.ignore_eos else self.eos_token_id
         for i, token in enumerate(token_ids[:room]):
             if p.stop_token_ids and token in p.stop_token_ids:

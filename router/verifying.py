@@ -18,11 +18,12 @@ worker's count is otherwise only what its last reply said).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from model_runtime.errors import WorkerUnavailableError
 from protos.messages import SequenceTokens, VerifyOutput, VerifyRequest
+from router.ahead import ShareFacts
 from router.clients import TargetClient, prepare_verify
 from router.drafting import Draft
 from router.pool import WorkerPool
@@ -39,11 +40,12 @@ class Verified:
     target: int
     seqs: list[SequenceState]
     requests: list[VerifyRequest]
-    outputs: list[VerifyOutput] | WorkerUnavailableError
+    outputs: Sequence[VerifyOutput] | WorkerUnavailableError
+    facts: ShareFacts  # for cutting the next round's drafts from the outputs
 
 
 # What waits for a sent share's outputs, or why it could not be sent.
-Waiting = Callable[[], list[VerifyOutput]] | WorkerUnavailableError
+Waiting = Callable[[], Sequence[VerifyOutput]] | WorkerUnavailableError
 
 
 @dataclass
@@ -51,7 +53,7 @@ class Prepared:
     """A share before its drafts, and what sends it once they are in its requests."""
 
     share: Verified
-    send: Callable[[], Callable[[], list[VerifyOutput]]]
+    send: Callable[[], Callable[[], Sequence[VerifyOutput]]]
 
 
 class Verifier:
@@ -71,7 +73,7 @@ class Verifier:
         for target, group in groups.items():
             if not group:
                 continue
-            share = Verified(target, group, self._requests(group), [])
+            share = Verified(target, group, self._requests(group), [], ShareFacts.of(group))
             send = prepare_verify(self.pool.workers[target], share.requests)
             prepared.append(Prepared(share, send))
         return prepared
@@ -122,8 +124,10 @@ class Verifier:
 
     def _add_drafts(self, share: Verified, drafts: dict[int, Draft]) -> None:
         """Each request's drafts, cut so that its sequence never grows past max_model_len."""
+        drafted = share.facts.drafted = []
         for seq, request in zip(share.seqs, share.requests, strict=True):
             found = drafts.get(seq.seq_id)
+            drafted.append(0 if found is None else len(found[0]))
             if found is None:
                 continue
             tokens, ids, probs = found
