@@ -2,9 +2,10 @@
 at each batch size, the wall time, the GPU's busy time (kernels and copies)
 and so its idle time, and the host's synchronisations and device-to-host
 copies, from one profiled greedy generate with k pinned; and per phase of
-the round (the router's step, the draft's propose and its forwards, the
-target's verify and its forward, the rest of ``generate``), its wall time
-and how long the GPU sat idle while the host was in it.
+the round (the router's step, the drafter's calls, the draft's propose and
+its forwards, the target's verify and its forward, the rest of
+``generate``), its wall time and how long the GPU sat idle while the host
+was in it.
 
     PYTHONPATH=. python benchmarks/round_profile.py --target T --draft D \
         --k 3 --batch 1 64 --out round_profile.json
@@ -37,7 +38,8 @@ SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize
 PHASES = {
     "engine.step": (LLMEngine, "step"),
     "rounds.run": (Rounds, "run"),
-    "drafter.propose": (Drafter, "propose"),
+    "drafter.send": (Drafter, "send"),  # (an in-process draft proposes when sent to)
+    "drafter.send_next": (Drafter, "send_next"),
     "draft.propose": (DraftWorker, "propose"),
     "target.verify": (TargetWorker, "verify"),
 }

@@ -16,16 +16,23 @@ from itertools import accumulate
 from typing import Generic, TypeVar, overload
 
 from model_runtime.sampling import SamplingOptions
-from protos.messages import ProposeRequest, SequenceTokens, VerifyOutput
+from protos.messages import Proposal, ProposeRequest, SequenceTokens, VerifyOutput
 
 T = TypeVar("T")
 
 
 class _ReadAsMessages(Sequence[T], Generic[T]):
-    """Columns that read as a sequence of messages (built by ``messages``)."""
+    """Columns that read as a sequence of messages, built by ``build`` when
+    first read (and then kept)."""
+
+    def __init__(self, build: Callable[[], list[T]]):
+        self._build: Callable[[], list[T]] | None = build
+        self._messages: list[T] = []
 
     def messages(self) -> list[T]:
-        raise NotImplementedError
+        if self._build is not None:
+            self._messages, self._build = self._build(), None
+        return self._messages
 
     @overload
     def __getitem__(self, i: int) -> T: ...
@@ -36,6 +43,9 @@ class _ReadAsMessages(Sequence[T], Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         return iter(self.messages())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self.messages() == list(other)
 
 
 class ProposeColumns(_ReadAsMessages[ProposeRequest]):
@@ -54,26 +64,24 @@ class ProposeColumns(_ReadAsMessages[ProposeRequest]):
     ):
         self.seq_ids, self.cached_lens, self.num_tokens = seq_ids, cached_lens, num_tokens
         self.token_ids, self.samplings, self.sampling_index = token_ids, samplings, sampling_index
-        self._requests: list[ProposeRequest] | None = None
+        super().__init__(self._requests)
 
-    def messages(self) -> list[ProposeRequest]:
-        if self._requests is None:
-            ends = accumulate(self.num_tokens)
-            self._requests = [
-                ProposeRequest(
-                    SequenceTokens(seq_id, cached, self.token_ids[end - n : end]),
-                    self.samplings[index],
-                )
-                for seq_id, cached, n, end, index in zip(
-                    self.seq_ids,
-                    self.cached_lens,
-                    self.num_tokens,
-                    ends,
-                    self.sampling_index,
-                    strict=True,
-                )
-            ]
-        return self._requests
+    def _requests(self) -> list[ProposeRequest]:
+        ends = accumulate(self.num_tokens)
+        return [
+            ProposeRequest(
+                SequenceTokens(seq_id, cached, self.token_ids[end - n : end]),
+                self.samplings[index],
+            )
+            for seq_id, cached, n, end, index in zip(
+                self.seq_ids,
+                self.cached_lens,
+                self.num_tokens,
+                ends,
+                self.sampling_index,
+                strict=True,
+            )
+        ]
 
     def __len__(self) -> int:
         return len(self.seq_ids)
@@ -95,8 +103,7 @@ class VerifyColumns(_ReadAsMessages[VerifyOutput]):
     ):
         self.num_tokens, self.token_ids, self.num_accepted = num_tokens, token_ids, num_accepted
         self.failed = failed
-        self._parse: Callable[[], list[VerifyOutput]] | None = parse
-        self._outputs: list[VerifyOutput] = []
+        super().__init__(parse)
 
     @classmethod
     def of(cls, outputs: Sequence[VerifyOutput]) -> VerifyColumns:
@@ -114,16 +121,29 @@ class VerifyColumns(_ReadAsMessages[VerifyOutput]):
             lambda: list(outputs),
         )
 
-    def messages(self) -> list[VerifyOutput]:
-        if self._parse is not None:
-            self._outputs, self._parse = self._parse(), None
-        return self._outputs
-
     def __len__(self) -> int:
         return len(self.num_accepted)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and self.messages() == list(other)
+
+class ProposalColumns(_ReadAsMessages[Proposal]):
+    """A propose batch's results: each sequence's ``num_drafts`` and the
+    indices of those that ``failed``, at once; ``wire``, the drafts as they
+    came, for a target over the wire to take as they are; the proposals
+    themselves from ``parse`` when first read."""
+
+    def __init__(
+        self,
+        seq_ids: list[int],
+        num_drafts: list[int],
+        failed: Container[int],
+        wire: object,
+        parse: Callable[[], list[Proposal]],
+    ):
+        self.seq_ids, self.num_drafts, self.failed, self.wire = seq_ids, num_drafts, failed, wire
+        super().__init__(parse)
+
+    def __len__(self) -> int:
+        return len(self.seq_ids)
 
 
 def seq_ids_of(requests: Sequence[ProposeRequest]) -> list[int]:

@@ -132,23 +132,35 @@ def _padded(
     return F.pad(ids, pad), F.pad(probs, pad)
 
 
-def drafts_from_proto(m: pb.Drafts, n: int) -> list[Drafted]:
-    """The drafts of a batch of ``n`` sequences, in order."""
+def check_drafts(m: pb.Drafts, n: int) -> list[int]:
+    """Check the shape of a batch of ``n`` sequences' drafts (ValueError if
+    wrong); the rows of each sampled sequence's distributions."""
     _check_lengths("drafts", n, num_drafts=m.num_drafts)
-    tokens = split(m.token_ids, m.num_drafts)
+    if sum(m.num_drafts) != len(m.token_ids):
+        raise ValueError(f"{len(m.token_ids)} tokens for counts adding up to {sum(m.num_drafts)}")
     sampled = list(m.sampled)
     if sampled != sorted(set(sampled)) or any(i >= n or not m.num_drafts[i] for i in sampled):
         raise ValueError("drafts: sampled must list sequences with drafts, ascending, once each")
-    dists: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    if sampled:
-        ids, probs = unpack_distributions(m.probs)
-        rows = [m.num_drafts[i] for i in sampled]
-        if sum(rows) != ids.shape[0]:
-            raise ValueError(f"drafts: {ids.shape[0]} distributions for {sum(rows)} sampled drafts")
-        for i, end, k in zip(sampled, accumulate(rows), rows, strict=True):
-            dists[i] = (ids[end - k : end], probs[end - k : end])
-    elif m.HasField("probs"):
+    rows = [m.num_drafts[i] for i in sampled]
+    size = m.probs.rows * m.probs.width * 4  # bytes of token ids, and of probabilities
+    if sampled and (sum(rows) != m.probs.rows or len(m.probs.probs) != size):
+        raise ValueError(f"drafts: {m.probs.rows} distributions for {sum(rows)} sampled drafts")
+    if sampled and len(m.probs.token_ids) != size:
+        raise ValueError(f"drafts: {len(m.probs.token_ids)} bytes of token ids, not {size}")
+    if not sampled and m.HasField("probs"):
         raise ValueError("drafts: distributions sent for no sampled sequence")
+    return rows
+
+
+def drafts_from_proto(m: pb.Drafts, n: int) -> list[Drafted]:
+    """The drafts of a batch of ``n`` sequences, in order."""
+    rows = check_drafts(m, n)
+    tokens = split(m.token_ids, m.num_drafts)
+    dists: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    if rows:
+        ids, probs = unpack_distributions(m.probs)
+        for i, end, k in zip(m.sampled, accumulate(rows), rows, strict=True):
+            dists[i] = (ids[end - k : end], probs[end - k : end])
     return [(t, *dists.get(i, (None, None))) for i, t in enumerate(tokens)]
 
 

@@ -15,9 +15,10 @@ from itertools import accumulate
 from protos import common_pb2 as pb
 from protos import draft_worker_pb2 as dpb
 from protos import target_worker_pb2 as tpb
-from protos.batch_columns import ProposeColumns, VerifyColumns, seq_ids_of
+from protos.batch_columns import ProposalColumns, ProposeColumns, VerifyColumns, seq_ids_of
 from protos.columns import (
     Drafted,
+    check_drafts,
     columns_to_proto,
     drafts_from_proto,
     drafts_to_proto,
@@ -74,29 +75,46 @@ def propose_result_to_proto(
 
 def propose_result_from_proto(
     m: dpb.ProposeResult, requests: Sequence[ProposeRequest]
-) -> list[Proposal]:
-    """The proposals answering ``requests`` (ValueError if they cannot)."""
+) -> ProposalColumns:
+    """The proposals answering ``requests`` (ValueError if they cannot): their
+    shape is checked at once, the proposals are built when first read."""
     n = len(requests)
+    check_drafts(m.drafts, n)
+    seq_ids = seq_ids_of(requests)
     statuses = statuses_from_proto(m.failed, n)
-    return [
-        Proposal(seq_id, status, tokens, ids, probs)
-        for seq_id, status, (tokens, ids, probs) in zip(
-            seq_ids_of(requests), statuses, drafts_from_proto(m.drafts, n), strict=True
-        )
-    ]
+
+    def parse() -> list[Proposal]:
+        return [
+            Proposal(seq_id, status, tokens, ids, probs)
+            for seq_id, status, (tokens, ids, probs) in zip(
+                seq_ids, statuses, drafts_from_proto(m.drafts, n), strict=True
+            )
+        ]
+
+    failed = set(m.failed.keys())
+    return ProposalColumns(seq_ids, list(m.drafts.num_drafts), failed, m.drafts, parse)
 
 
 # ---------------------------------------------------------------- target worker
 
 
 def verify_batch_to_proto(
-    batch_id: int, requests: Sequence[VerifyRequest], sequences: pb.SequenceBatch | None = None
+    batch_id: int,
+    requests: Sequence[VerifyRequest],
+    sequences: pb.SequenceBatch | None = None,
+    drafts: pb.Drafts | None = None,
 ) -> tpb.VerifyBatch:
-    """``sequences``: ``sequences_of(requests)`` if encoded already (before the drafts came)."""
+    """``sequences``: ``sequences_of(requests)`` if encoded already (before the
+    drafts came); ``drafts``: the batch's drafts as a draft worker sent them
+    (else those in the requests)."""
+    if drafts is None:
+        drafts = drafts_to_proto(
+            [(r.draft_token_ids, r.draft_ids, r.draft_probs) for r in requests]
+        )
     return tpb.VerifyBatch(
         batch_id=batch_id,
         sequences=sequences_of(requests) if sequences is None else sequences,
-        drafts=drafts_to_proto([(r.draft_token_ids, r.draft_ids, r.draft_probs) for r in requests]),
+        drafts=drafts,
     )
 
 

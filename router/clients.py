@@ -24,7 +24,7 @@ from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyReques
 class DraftClient(Protocol):
     @property
     def num_free_blocks(self) -> int: ...
-    def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]: ...
+    def propose(self, requests: Sequence[ProposeRequest], k: int) -> Sequence[Proposal]: ...
     def release(self, seq_ids: Sequence[int]) -> int: ...
     def describe(self) -> WorkerInfo: ...
     def probe(self, timeout_s: float) -> bool: ...
@@ -47,7 +47,7 @@ T = TypeVar("T")
 
 def start_propose(
     client: DraftClient, requests: Sequence[ProposeRequest], k: int
-) -> Callable[[], list[Proposal]]:
+) -> Callable[[], Sequence[Proposal]]:
     """Start proposing for ``requests``; what is returned waits for the
     proposals (and raises WorkerUnavailableError if the worker was lost)."""
     start = getattr(client, "start_propose", None)
@@ -58,13 +58,25 @@ def start_propose(
 
 def prepare_verify(
     client: TargetClient, requests: Sequence[VerifyRequest]
-) -> Callable[[], Callable[[], Sequence[VerifyOutput]]]:
+) -> Callable[[object | None], Callable[[], Sequence[VerifyOutput]]]:
     """Prepare verifying ``requests``, whose drafts may be filled in until the
-    returned call sends them; that call returns what waits for the outputs."""
+    returned call sends them; that call returns what waits for the outputs.
+    A client that ``takes_wire_drafts`` may be given the batch's drafts as
+    they came from a draft worker over the wire instead."""
     prepare = getattr(client, "prepare_verify", None)
     if prepare is not None:
         return prepare(requests)
-    return lambda: _ran(lambda: client.verify(requests))
+
+    def send(wire: object | None) -> Callable[[], Sequence[VerifyOutput]]:
+        assert wire is None, "a worker in process takes its drafts in the requests"
+        return _ran(lambda: client.verify(requests))
+
+    return send
+
+
+def takes_wire_drafts(client: TargetClient) -> bool:
+    """Whether ``prepare_verify``'s send takes drafts as they came over the wire."""
+    return hasattr(client, "prepare_verify")
 
 
 def _ran(call: Callable[[], T]) -> Callable[[], T]:

@@ -17,14 +17,15 @@ planned.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 
 from model_runtime.errors import WorkerUnavailableError
-from model_runtime.status import StatusCode
+from model_runtime.status import OK, StatusCode
+from protos.batch_columns import ProposalColumns
 from protos.messages import Proposal, ProposeRequest, SequenceTokens
 from router.ahead import NextDrafts
 from router.clients import DraftClient, start_propose
@@ -35,6 +36,39 @@ from router.sequence import SequenceState
 Draft = tuple[Sequence[int], torch.Tensor | None, torch.Tensor | None]
 
 
+class Drafts(Mapping[int, Draft]):
+    """A round's drafts by sequence id, each read from its batch's result when
+    first asked for. A batch that came back whole (every sequence it was sent
+    for still wants its drafts, and none failed) is also kept as it came, in
+    ``whole``: a target over the wire takes its drafts as they are, with no
+    message per sequence read or written on the round's path."""
+
+    def __init__(self) -> None:
+        self._where: dict[int, tuple[Sequence[Proposal], int]] = {}  # its result, and row
+        self.whole: list[ProposalColumns] = []
+
+    def add(self, seq_id: int, result: Sequence[Proposal], row: int) -> None:
+        self._where[seq_id] = (result, row)
+
+    def update(self, other: Drafts) -> None:
+        self._where.update(other._where)
+        self.whole += other.whole
+
+    def __getitem__(self, seq_id: int) -> Draft:
+        result, row = self._where[seq_id]
+        p = result[row]
+        return p.token_ids, p.draft_ids, p.draft_probs
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._where
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
 @dataclass
 class _Call:
     draft: int
@@ -42,8 +76,8 @@ class _Call:
     seqs: list[SequenceState]
     num_tokens: list[int]  # of each sequence when its drafts are to apply
     requests: Sequence[ProposeRequest]  # (ProposeColumns, for the next round's)
-    wait: Callable[[], list[Proposal]] | None = None  # once sent
-    result: list[Proposal] | WorkerUnavailableError | None = None
+    wait: Callable[[], Sequence[Proposal]] | None = None  # once sent
+    result: Sequence[Proposal] | WorkerUnavailableError | None = None
 
 
 @dataclass
@@ -62,7 +96,7 @@ class Drafter:
         self._executor = ThreadPoolExecutor(1, "draft-overlap") if overlap else None
         self._in_flight: dict[int, Plan] = {}  # micro-batch -> its proposals on the way
 
-    def propose(self, seqs: list[SequenceState], k: int | None = None) -> dict[int, Draft]:
+    def propose(self, seqs: list[SequenceState], k: int | None = None) -> Drafts:
         """``k`` drafts (the drafter's k by default) for each of ``seqs``, now."""
         return self.receive(self.send(seqs, k), seqs)
 
@@ -90,7 +124,7 @@ class Drafter:
         up = self.pool.up()
         return up, min((self.pool.infos[d].max_model_len for d in up), default=0)
 
-    def receive(self, plan: Plan, seqs: list[SequenceState]) -> dict[int, Draft]:
+    def receive(self, plan: Plan, seqs: list[SequenceState]) -> Drafts:
         """The drafts ``plan`` was sent for, applied to those of ``seqs`` unchanged since."""
         self._wait(plan)
         return self._apply(plan, set(map(id, seqs)))
@@ -104,7 +138,7 @@ class Drafter:
         plan.future = self._executor.submit(self._call, plan)
         self._in_flight[micro_batch] = plan
 
-    def collect(self, micro_batch: int, seqs: list[SequenceState]) -> dict[int, Draft]:
+    def collect(self, micro_batch: int, seqs: list[SequenceState]) -> Drafts:
         """The drafts started for ``micro_batch`` (or new ones, if none are on the way)."""
         plan = self._in_flight.pop(micro_batch, None)
         if plan is None:
@@ -166,8 +200,8 @@ class Drafter:
             except WorkerUnavailableError as e:
                 call.result = e
 
-    def _apply(self, plan: Plan, current: set[int]) -> dict[int, Draft]:
-        drafts: dict[int, Draft] = {}
+    def _apply(self, plan: Plan, current: set[int]) -> Drafts:
+        drafts = Drafts()
         for call in plan.calls:
             if isinstance(call.result, WorkerUnavailableError):
                 self.pool.lose(call.draft, call.result)
@@ -176,8 +210,11 @@ class Drafter:
                         seq.draft_worker, seq.draft_cached = -1, 0
                 continue
             assert call.result is not None
+            result = call.result
+            # Whose status to read (from columns, only the failed ones').
+            asked = result.failed if isinstance(result, ProposalColumns) else range(len(result))
             stale = []
-            for seq, planned, p in zip(call.seqs, call.num_tokens, call.result, strict=True):
+            for row, (seq, planned) in enumerate(zip(call.seqs, call.num_tokens, strict=True)):
                 if (
                     id(seq) not in current
                     or seq.finished
@@ -186,11 +223,14 @@ class Drafter:
                 ):
                     stale.append(seq.seq_id)  # changed meanwhile: this draft is of no use
                     continue
-                if p.status.code == StatusCode.NOT_FOUND:
+                status = result[row].status if row in asked else OK
+                if status.code == StatusCode.NOT_FOUND:
                     seq.draft_cached = 0  # re-prefilled on the draft next round
-                if p.status.ok:
+                if status.ok:
                     seq.draft_cached = seq.num_tokens + call.k - 1
-                    drafts[seq.seq_id] = (p.token_ids, p.draft_ids, p.draft_probs)
+                    drafts.add(seq.seq_id, result, row)
+            if isinstance(result, ProposalColumns) and not stale and not result.failed:
+                drafts.whole.append(result)
             # A sequence released (finished, aborted, preempted) while its proposal
             # was on the way may have been created again there: release it again.
             gone = [

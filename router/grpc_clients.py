@@ -179,12 +179,12 @@ class GrpcDraftClient(_GrpcWorker):
             self.stub.Propose, self.address, self.metadata
         )
 
-    def propose(self, requests: Sequence[ProposeRequest], k: int) -> list[Proposal]:
+    def propose(self, requests: Sequence[ProposeRequest], k: int) -> Sequence[Proposal]:
         return self.start_propose(requests, k)()
 
     def start_propose(
         self, requests: Sequence[ProposeRequest], k: int
-    ) -> Callable[[], list[Proposal]]:
+    ) -> Callable[[], Sequence[Proposal]]:
         """Send the batch now; what is returned waits for its proposals."""
         message = convert.propose_batch_to_proto(next(self._batch_ids), requests, k)
         wait = self._propose.start(message)
@@ -219,18 +219,20 @@ class GrpcTargetClient(_GrpcWorker):
         return [convert.prefill_output_from_proto(o) for o in result.outputs]
 
     def verify(self, requests: Sequence[VerifyRequest]) -> Sequence[VerifyOutput]:
-        return self.prepare_verify(requests)()()
+        return self.prepare_verify(requests)(None)()
 
     def prepare_verify(
         self, requests: Sequence[VerifyRequest]
-    ) -> Callable[[], Callable[[], Sequence[VerifyOutput]]]:
+    ) -> Callable[[object | None], Callable[[], Sequence[VerifyOutput]]]:
         """Encode the batch's sequences now; what is returned sends the batch
-        with the drafts ``requests`` hold by then, and returns what waits for
-        the outputs."""
+        with the drafts ``requests`` hold by then (or those given as they came
+        from a draft worker), and returns what waits for the outputs."""
         sequences = convert.sequences_of(requests)
 
-        def send() -> Callable[[], Sequence[VerifyOutput]]:
-            message = convert.verify_batch_to_proto(next(self._batch_ids), requests, sequences)
+        def send(wire: object | None = None) -> Callable[[], Sequence[VerifyOutput]]:
+            assert wire is None or isinstance(wire, pb.Drafts)
+            batch_id = next(self._batch_ids)
+            message = convert.verify_batch_to_proto(batch_id, requests, sequences, wire)
             wait = self._verify.start(message)
             return self._parsed(wait, convert.verify_result_from_proto, requests)
 

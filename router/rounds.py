@@ -34,7 +34,7 @@ from protos.batch_columns import VerifyColumns
 from protos.messages import read_back
 from router.adaptive import KChooser
 from router.ahead import NextDrafts, cut_next
-from router.drafting import Draft, Drafter, Plan
+from router.drafting import Drafter, Drafts, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
 from router.verifying import Verified, Verifier
@@ -69,7 +69,7 @@ class Rounds:
         self._ended: tuple[int, float] | None = None  # the last round's batch size and end
         self._ahead: _Ahead | None = None
 
-    def run(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
+    def run(self, running: list[SequenceState]) -> tuple[list[Verified], Drafts]:
         """Draft and verify one round: the verified shares, and the drafts by
         sequence id; then send the next round's drafts."""
         if self.overlap and self.k:
@@ -85,7 +85,7 @@ class Rounds:
             self.chooser.observe_between(self._ended[0], start - self._ended[1])
         k, drafts, plan = self._start_drafts(seqs)
         try:
-            prepared = self.verifier.prepare(seqs)  # while the draft workers draft
+            prepared = self.verifier.prepare(seqs, note_next=bool(self.k))  # while they draft
         finally:  # a sent batch holds its stream until received
             if plan is not None:
                 drafts.update(self.drafter.receive(plan, seqs))
@@ -135,23 +135,23 @@ class Rounds:
             return self.k
         return self.chooser.choose(len(seqs), (s.acceptance_kind for s in seqs))
 
-    def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, dict[int, Draft], Plan | None]:
+    def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, Drafts, Plan | None]:
         """The round's k, the drafts already here, and the plan on the way."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             k = self._choose(seqs)
-            return k, {}, self.drafter.send(seqs, k) if k else None
+            return k, Drafts(), self.drafter.send(seqs, k) if k else None
         late = [s for s in seqs if s.seq_id not in ahead.seq_ids]
         if not late:
-            return ahead.k, {}, ahead.plan
+            return ahead.k, Drafts(), ahead.plan
         # Admitted since the drafts were sent ahead: drafted once those are back.
-        drafts = self.drafter.receive(ahead.plan, seqs) if ahead.plan is not None else {}
+        drafts = self.drafter.receive(ahead.plan, seqs) if ahead.plan is not None else Drafts()
         k = self.k if _seeded(late) else ahead.k
         early = [s for s in seqs if s.seq_id in ahead.seq_ids]  # their workers' load counts
         return ahead.k, drafts, self.drafter.send(late, k, beside=early) if k else None
 
     @staticmethod
-    def _note_drafted(shares: list[Verified], drafts: dict[int, Draft]) -> None:
+    def _note_drafted(shares: list[Verified], drafts: Drafts) -> None:
         """Keep of each drafted sequence's draft KV only the drafts the target accepted."""
         for share in shares:
             if isinstance(share.outputs, WorkerUnavailableError):
@@ -164,26 +164,34 @@ class Rounds:
     def _send_ahead(self, shares: list[Verified]) -> None:
         """Ask for the next round's drafts for the sequences that go on, cut from
         the outputs' columns (router/ahead.py) before anything else reads them."""
-        live = [s for s in shares if not isinstance(s.outputs, WorkerUnavailableError)]
+        live = [
+            (s.facts, s.outputs)
+            for s in shares
+            if s.facts is not None and not isinstance(s.outputs, WorkerUnavailableError)
+        ]
         if not live or self._timed(self._rounds + 1):
             return
-        if self.chooser is None or any(s.facts.seeded for s in live):
+        if self.chooser is None or any(facts.seeded for facts, _ in live):
             k = self.k
         else:
-            kinds = [kind for s in live for kind in s.facts.kinds]
+            kinds = [kind for facts, _ in live for kind in facts.kinds]
             k = self.chooser.choose(len(kinds), kinds)
+        workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
-        if k:
-            workers, max_len = self.drafter.up_to()
-            for share in live:
-                outputs = VerifyColumns.of(share.outputs)  # type: ignore[arg-type]
-                cut_next(share.facts, outputs, k, workers, max_len, into=parts)
+        for facts, outputs in live if k else []:
+            cut_next(facts, VerifyColumns.of(outputs), k, workers, max_len, into=parts)
         plan = self.drafter.send_next(parts, k) if parts else None
-        ids = [s.seq_id for share in live for s in share.seqs] if not k else []
-        ids += [seq_id for p in parts.values() for seq_id in p.batch.seq_ids]
-        self._ahead = _Ahead(k, plan, set(ids))
+        # The sequences it covers: all but those whose draft worker is gone
+        # (placed on another when the next round drafts for them).
+        covered = {
+            seq_id
+            for facts, _ in live
+            for seq_id, worker in zip(facts.seq_ids, facts.draft_worker, strict=True)
+            if worker in workers or not k
+        }
+        self._ahead = _Ahead(k, plan, covered)
 
-    def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], dict[int, Draft]]:
+    def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], Drafts]:
         groups = {m: [s for s in running if s.micro_batch == m] for m in (0, 1)}
         now = self._turn if groups[self._turn] else 1 - self._turn
         drafts = self.drafter.collect(now, groups[now])

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from model_runtime.errors import WorkerUnavailableError
 from protos.messages import SequenceTokens, VerifyOutput, VerifyRequest
 from router.ahead import ShareFacts
-from router.clients import TargetClient, prepare_verify
-from router.drafting import Draft
+from router.clients import TargetClient, prepare_verify, takes_wire_drafts
+from router.drafting import Drafts
 from router.pool import WorkerPool
 from router.sequence import SequenceState
 
@@ -41,7 +41,7 @@ class Verified:
     seqs: list[SequenceState]
     requests: list[VerifyRequest]
     outputs: Sequence[VerifyOutput] | WorkerUnavailableError
-    facts: ShareFacts  # for cutting the next round's drafts from the outputs
+    facts: ShareFacts | None  # for cutting the next round's drafts from the outputs
 
 
 # What waits for a sent share's outputs, or why it could not be sent.
@@ -53,7 +53,9 @@ class Prepared:
     """A share before its drafts, and what sends it once they are in its requests."""
 
     share: Verified
-    send: Callable[[], Callable[[], Sequence[VerifyOutput]]]
+    # Sends it (with the share's drafts as they came over the wire, if given).
+    send: Callable[[object | None], Callable[[], Sequence[VerifyOutput]]]
+    takes_wire: bool  # its target sends drafts as they came over the wire
 
 
 class Verifier:
@@ -62,35 +64,55 @@ class Verifier:
         self.max_model_len = max_model_len
         self._abandoned: dict[int, list[int]] = {}  # target -> sequences moved off it
 
-    def verify(self, seqs: list[SequenceState], drafts: dict[int, Draft]) -> list[Verified]:
+    def verify(self, seqs: list[SequenceState], drafts: Drafts) -> list[Verified]:
         """Verify every sequence (with its drafts, if any) on its target worker."""
         return self.send(self.prepare(seqs), drafts)
 
-    def prepare(self, seqs: list[SequenceState]) -> list[Prepared]:
-        """Each target worker's share of ``seqs``, ready for its drafts."""
+    def prepare(self, seqs: list[SequenceState], note_next: bool = False) -> list[Prepared]:
+        """Each target worker's share of ``seqs``, ready for its drafts (and,
+        with ``note_next``, with what the next round's drafts will need)."""
         groups = {t: [s for s in seqs if s.target_worker == t] for t in range(len(self.pool))}
         prepared = []
         for target, group in groups.items():
             if not group:
                 continue
-            share = Verified(target, group, self._requests(group), [], ShareFacts.of(group))
-            send = prepare_verify(self.pool.workers[target], share.requests)
-            prepared.append(Prepared(share, send))
+            facts = ShareFacts.of(group) if note_next else None
+            share = Verified(target, group, self._requests(group), [], facts)
+            worker = self.pool.workers[target]
+            send = prepare_verify(worker, share.requests)
+            prepared.append(Prepared(share, send, takes_wire_drafts(worker)))
         return prepared
 
-    def send(self, prepared: list[Prepared], drafts: dict[int, Draft]) -> list[Verified]:
+    def send(self, prepared: list[Prepared], drafts: Drafts) -> list[Verified]:
         """Send every share with ``drafts`` (by sequence id), then wait for them all."""
         waits: list[Waiting] = []
         try:
             for p in prepared:
-                self._add_drafts(p.share, drafts)
+                whole = self._whole(p, drafts)
+                if whole is None:
+                    self._add_drafts(p.share, drafts)
                 try:
-                    waits.append(p.send())
+                    waits.append(p.send(whole))
                 except WorkerUnavailableError as e:
                     waits.append(e)
+                if whole is not None:  # the requests' drafts too, for the bookkeeping
+                    self._add_drafts(p.share, drafts)
         finally:  # what was sent holds its stream until waited on, even if a later send failed
             self._wait(prepared, waits)
         return [p.share for p in prepared]
+
+    def _whole(self, p: Prepared, drafts: Drafts) -> object | None:
+        """The drafts of ``p``'s share as they came over the wire: when one
+        batch drafted exactly its sequences, in order, none needs cutting,
+        and its target sends them so."""
+        facts = p.share.facts
+        if not p.takes_wire or facts is None:
+            return None
+        for batch in drafts.whole:
+            if batch.seq_ids == facts.seq_ids:
+                longest = max(facts.before) + max(batch.num_drafts) + 1
+                return batch.wire if longest <= self.max_model_len else None
+        return None
 
     @staticmethod
     def _wait(prepared: list[Prepared], waits: list[Waiting]) -> None:
@@ -122,9 +144,11 @@ class Verifier:
             for s in seqs
         ]
 
-    def _add_drafts(self, share: Verified, drafts: dict[int, Draft]) -> None:
+    def _add_drafts(self, share: Verified, drafts: Drafts) -> None:
         """Each request's drafts, cut so that its sequence never grows past max_model_len."""
-        drafted = share.facts.drafted = []
+        drafted: list[int] = []
+        if share.facts is not None:
+            share.facts.drafted = drafted
         for seq, request in zip(share.seqs, share.requests, strict=True):
             found = drafts.get(seq.seq_id)
             drafted.append(0 if found is None else len(found[0]))

@@ -15,6 +15,8 @@ from transformers import AutoTokenizer
 
 import specserve
 from model_runtime.status import OK
+from protos import common_pb2 as pb
+from protos.columns import split
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
 from router.drafting import Drafter
 from router.metrics import SpeculationMetrics
@@ -24,7 +26,7 @@ from router.rounds import Rounds
 from router.sequence import SequenceState, new_sequences
 from router.verifying import Verifier
 
-INFO = WorkerInfo("m", 512, 512, 16, 1024, 1024)
+INFO = WorkerInfo("m", 512, 502, 16, 1024, 1024)
 
 
 class SplitDraft:
@@ -56,6 +58,7 @@ class SplitTarget:
     def __init__(self, events: list[str]):
         self.events, self.num_free_blocks, self.vocab_size = events, 1024, 512
         self.sent: list[list[int]] = []
+        self.wires: list[object] = []  # the drafts each batch was sent with as they came
 
     def describe(self) -> WorkerInfo:
         return INFO
@@ -65,9 +68,13 @@ class SplitTarget:
     ) -> Callable[[], Callable[[], list[VerifyOutput]]]:
         self.events.append("prepare verify")
 
-        def send() -> Callable[[], list[VerifyOutput]]:
+        def send(wire: object = None) -> Callable[[], list[VerifyOutput]]:
             self.events.append("send verify")
-            self.sent = [list(r.draft_token_ids) for r in requests]
+            self.wires.append(wire)
+            if isinstance(wire, pb.Drafts):  # the drafts as a draft worker sent them
+                self.sent = split(wire.token_ids, wire.num_drafts)
+            else:
+                self.sent = [list(r.draft_token_ids) for r in requests]
 
             def wait() -> list[VerifyOutput]:
                 self.events.append("wait verify")
@@ -178,6 +185,17 @@ def test_a_sequence_admitted_late_goes_to_the_draft_worker_the_others_load_least
     workers.round(first)
     workers.round(first + later)
     assert later[0].draft_worker == 1
+
+
+def test_a_sequence_too_long_to_draft_for_does_not_hold_the_drafts_sent_ahead_back() -> None:
+    workers = Workers(num_drafts=1)
+    short, long = running(1, 1), running(1, 1)
+    long[0].prompt_ids = list(range(500))  # 500 + 3 drafts > the draft's 502
+    long[0].num_tokens = long[0].target_cached = 500
+    workers.round(short + long)
+    events = workers.round(short + long)
+    assert events[:2] == ["prepare verify", "wait draft 0"]  # nothing sent late
+    assert workers.target.sent == [[7, 7, 7], []]
 
 
 def test_drafts_sent_ahead_with_no_round_to_go_to_are_waited_for() -> None:
