@@ -12,11 +12,11 @@ run (wall time of the draft and verify calls every few rounds, by batch size
 and by tokens in the step; the time from one round's end to the next one's
 start, by batch size; acceptance per position, every round) and picks the k
 in 0..k_max with the most tokens per second. Leaving the engine's own work
-out would undervalue long rounds, which pay it less often per token. When
-rounds draft ahead (router/rounds.py: the next round's drafts are asked for
-before the engine applies a round's outputs), the draft works while the
-engine does, so a round of k > 0 drafts pays only the longer of the two,
-except in the timed rounds, which do not draft ahead.
+out would undervalue long rounds, which pay it less often per token. Rounds
+that draft ahead (router/rounds.py) hide part of the draft's time behind
+the engine's own work; the chooser does not count on it, as its timings
+cannot tell how much (none, for a draft in process on the CPU), so it may
+draft a little less than would pay where the draft works apart.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
 by a grammar: their drafts pass at different rates) as well as pooled; a
@@ -135,14 +135,9 @@ class Acceptance:
 
 
 class KChooser:
-    def __init__(
-        self, k_max: int, config: AdaptiveConfig = AdaptiveConfig(), drafts_ahead: bool = False
-    ):
-        """``drafts_ahead``: rounds other than the timed ones draft while the
-        engine does its own work between rounds."""
+    def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
         self.k_max = k_max
         self.config = config
-        self.drafts_ahead = drafts_ahead
         self.draft_step_s = _StepTimes(config.window)  # by batch size
         self.target_step_s = _StepTimes(config.window)  # by tokens in the step
         self.between_s = _StepTimes(config.window)  # engine's own work a round, by batch
@@ -191,10 +186,7 @@ class KChooser:
         verify = self.target_step_s.get(batch * (k + 1)) or 0.0
         draft = (self.draft_step_s.get(batch) or 0.0) * k
         between = self.between_s.get(batch) or 0.0
-        cost = verify + draft + between
-        if k and self.drafts_ahead:  # the draft and the engine work at once
-            cost -= min(draft, between) * (1 - 1 / self.config.time_every)
-        return self.expected_tokens(k, mix) / max(cost, 1e-9)
+        return self.expected_tokens(k, mix) / max(verify + draft + between, 1e-9)
 
     def expected_tokens(self, k: int, mix: Mapping[str, int] | None = None) -> float:
         """E(k) from the measured acceptance: the mean over ``mix``'s sequences

@@ -47,6 +47,14 @@ class Drafts(Mapping[int, Draft]):
         self._where: dict[int, tuple[Sequence[Proposal], int]] = {}  # its result, and row
         self.whole: list[ProposalColumns] = []
 
+    @classmethod
+    def of(cls, drafts: Mapping[int, Draft]) -> Drafts:
+        """Drafts given by sequence id."""
+        made = cls()
+        for seq_id, (tokens, ids, probs) in drafts.items():
+            made.add(seq_id, [Proposal(seq_id, OK, tokens, ids, probs)], 0)
+        return made
+
     def add(self, seq_id: int, result: Sequence[Proposal], row: int) -> None:
         self._where[seq_id] = (result, row)
 

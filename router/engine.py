@@ -61,8 +61,7 @@ class LLMEngine:
         self.drafter = Drafter(self.drafts, self.k, config.overlap)
         self.verifier = Verifier(self.targets, self.max_model_len)
         adaptive = bool(config.speculative and config.speculative.adaptive_k)
-        # Without overlap, rounds draft ahead (router/rounds.py).
-        chooser = KChooser(self.k, drafts_ahead=True) if adaptive and not config.overlap else None
+        chooser = KChooser(self.k) if adaptive and not config.overlap else None
         self.rounds = Rounds(self.drafter, self.verifier, self.metrics, chooser, config.overlap)
         max_seqs = config.runner.max_num_seqs
         self.scheduler = Scheduler.within(

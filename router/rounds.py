@@ -102,10 +102,11 @@ class Rounds:
         if self.chooser is not None and timed:
             draft_s = drafted - start if steady else None
             self.chooser.observe_round(len(seqs), k, draft_s, ended - drafted)
-        self._ended = (len(seqs), ended)
         if self.k:  # (a draft pool to send to)
-            self._send_ahead(shares)
+            self._send_ahead(shares)  # (drafting's own time, not the engine's between rounds)
+            ended = time.perf_counter()
             self._note_drafted(shares, drafts)
+        self._ended = (len(seqs), ended)
         return shares, drafts
 
     def skip_gap(self) -> None:

@@ -71,15 +71,6 @@ def test_the_engines_own_work_per_round_favours_longer_rounds() -> None:
     assert chooser.best(batch=1) > lean
 
 
-def test_a_draft_that_works_while_the_engine_does_costs_only_what_sticks_out() -> None:
-    # Drafting ahead hides the draft's steps behind the engine's own work.
-    chooser = measured(0.5, draft_s=0.002, verify_s={1: 0.005, 2: 0.005, 4: 0.005, 8: 0.005})
-    chooser.observe_between(batch=1, seconds=0.004)
-    apart = chooser.best(batch=1)
-    chooser.drafts_ahead = True
-    assert chooser.best(batch=1) > apart
-
-
 def test_acceptance_is_counted_up_to_the_first_rejection() -> None:
     chooser = KChooser(4)
     chooser.observe_acceptance(4, accepted=2)  # drafts 1, 2 passed, 3 failed, 4 unseen

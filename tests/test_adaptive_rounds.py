@@ -82,6 +82,7 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
     from types import SimpleNamespace
 
     from model_runtime.sampling import SamplingOptions
+    from router.drafting import Drafts
     from router.metrics import SpeculationMetrics
     from router.rounds import Rounds
 
@@ -101,9 +102,11 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
         return {s.seq_id: ([1] * k, None, None) for s in seqs}
 
     drafter = SimpleNamespace(
-        k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: propose(*plan)
+        k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: Drafts.of(propose(*plan))
     )
-    verifier = SimpleNamespace(prepare=lambda seqs: [], send=lambda prepared, drafts: [])
+    verifier = SimpleNamespace(
+        prepare=lambda seqs, note_next=False: [], send=lambda prepared, drafts: []
+    )
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     rounds.run([seq(1, lacks=1), seq(2, lacks=64)])  # sequence 2's prompt was prefilled too
     assert chooser.draft_step_s.get(2) is None and chooser.target_step_s.get(8) is not None
@@ -115,6 +118,7 @@ def test_the_engines_work_between_rounds_is_timed_unless_it_prefilled_or_requeue
     from types import SimpleNamespace
 
     from model_runtime.sampling import SamplingOptions
+    from router.drafting import Drafts
     from router.metrics import SpeculationMetrics
     from router.rounds import Rounds
 
@@ -128,8 +132,10 @@ def test_the_engines_work_between_rounds_is_timed_unless_it_prefilled_or_requeue
         )
 
     chooser = KChooser(3)
-    drafter = SimpleNamespace(k=3, send=lambda seqs, k: None, receive=lambda plan, seqs: {})
-    verifier = SimpleNamespace(prepare=lambda seqs: [], send=lambda prepared, drafts: [])
+    drafter = SimpleNamespace(k=3, send=lambda seqs, k: None, receive=lambda plan, seqs: Drafts())
+    verifier = SimpleNamespace(
+        prepare=lambda seqs, note_next=False: [], send=lambda prepared, drafts: []
+    )
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     rounds.run([seq(1), seq(2)])
     rounds.skip_gap()  # the engine prefilled sequence 3 (the engine calls it then)

@@ -13,6 +13,7 @@ from model_runtime.random_checkpoint import save_random_checkpoint
 from model_runtime.sampling import SamplingOptions
 from protos.messages import DeviceTokens, DraftedBatch, SequenceTokens, VerifyRequest
 from router.adaptive import AdaptiveConfig, KChooser
+from router.drafting import Drafts
 from router.metrics import SpeculationMetrics
 from router.rounds import Rounds
 from specserve import LLM
@@ -77,9 +78,11 @@ def test_only_timed_rounds_read_the_drafts_back_before_verifying() -> None:
     chooser = KChooser(3, AdaptiveConfig(time_every=2))
     chooser.pin(3)
     drafter = SimpleNamespace(
-        k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: propose(*plan)
+        k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: Drafts.of(propose(*plan))
     )
-    verifier = SimpleNamespace(prepare=lambda seqs: [], send=lambda prepared, drafts: [])
+    verifier = SimpleNamespace(
+        prepare=lambda seqs, note_next=False: [], send=lambda prepared, drafts: []
+    )
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, overlap=False)  # type: ignore[arg-type]
     for _ in range(4):
         rounds.run([seq])  # type: ignore[list-item]
