@@ -152,3 +152,19 @@ def _cut(
         lacking_lens.append(len(tokens))
         lacking += tokens
     return kept, cached_lens, lacking_lens, lacking
+
+
+def covered(
+    facts: ShareFacts, outputs: VerifyColumns, k: int, workers: Collection[int], max_len: int
+) -> list[int]:
+    """The sequences of a share whose next drafts ``cut_next`` saw to (sent,
+    or none to send: they finish, or are too long to draft for): all but
+    those that failed (a requeued one starts again) and those whose draft
+    worker is gone (placed on another when the next round drafts for them)."""
+    limit = max_len - k + 1
+    return [
+        seq_id
+        for i, (seq_id, worker) in enumerate(zip(facts.seq_ids, facts.draft_worker, strict=True))
+        if i not in outputs.failed
+        and (not k or worker in workers or facts.before[i] + outputs.num_tokens[i] > limit)
+    ]

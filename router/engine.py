@@ -156,7 +156,7 @@ class LLMEngine:
                 self.verifier.refresh_room(targets)
         if self.running:
             self._round(finished)
-        else:  # the drafts sent ahead have no round to go to
+        if not self.running:  # the drafts sent ahead have no round to go to
             self.rounds.drop_ahead()
         self.releases.flush()
         self.stats_log.maybe_log(self.stats)

@@ -121,10 +121,10 @@ class EngineLoop:
         self._stopped.set()
         self._commands.put(None)
         self._thread.join(timeout=30)
-        if not self._thread.is_alive():
+        if not self._thread.is_alive():  # (else it still owns the engine)
             self._fail_all("the server is shutting down")
+            self.engine.close()
         self._publisher.stop()
-        self.engine.close()
 
     def _apply(self, command: _Add | _Abort | _Look | None) -> None:
         if isinstance(command, _Look):

@@ -33,7 +33,7 @@ from model_runtime.errors import WorkerUnavailableError
 from protos.batch_columns import VerifyColumns
 from protos.messages import read_back
 from router.adaptive import KChooser
-from router.ahead import NextDrafts, cut_next
+from router.ahead import NextDrafts, covered, cut_next
 from router.drafting import Drafter, Drafts, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
@@ -114,6 +114,11 @@ class Rounds:
         (prefilled, requeued or moved sequences): that gap is not timed."""
         self._ended = None
 
+    @property
+    def drafts_in_flight(self) -> bool:
+        """Whether drafts sent ahead wait to be received."""
+        return self._ahead is not None and self._ahead.plan is not None
+
     def drop_ahead(self) -> None:
         """Wait for and drop the drafts sent ahead (no round is coming to use them)."""
         ahead, self._ahead = self._ahead, None
@@ -153,9 +158,13 @@ class Rounds:
 
     @staticmethod
     def _note_drafted(shares: list[Verified], drafts: Drafts) -> None:
-        """Keep of each drafted sequence's draft KV only the drafts the target accepted."""
+        """Keep of each drafted sequence's draft KV only the drafts the target
+        accepted (none, where its target was lost)."""
         for share in shares:
-            if isinstance(share.outputs, WorkerUnavailableError):
+            if isinstance(share.outputs, WorkerUnavailableError):  # none of its drafts counted
+                for seq in share.seqs:
+                    if seq.seq_id in drafts:
+                        seq.draft_cached = min(seq.draft_cached, seq.num_tokens)
                 continue
             for seq, out in zip(share.seqs, share.outputs, strict=True):
                 if out.status.ok and seq.seq_id in drafts:  # it holds its first k-1 drafts
@@ -179,18 +188,14 @@ class Rounds:
             k = self.chooser.choose(len(kinds), kinds)
         workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
-        for facts, outputs in live if k else []:
-            cut_next(facts, VerifyColumns.of(outputs), k, workers, max_len, into=parts)
+        seq_ids: list[int] = []
+        for facts, outputs in live:
+            columns = VerifyColumns.of(outputs)
+            if k:
+                cut_next(facts, columns, k, workers, max_len, into=parts)
+            seq_ids += covered(facts, columns, k, workers, max_len)
         plan = self.drafter.send_next(parts, k) if parts else None
-        # The sequences it covers: all but those whose draft worker is gone
-        # (placed on another when the next round drafts for them).
-        covered = {
-            seq_id
-            for facts, _ in live
-            for seq_id, worker in zip(facts.seq_ids, facts.draft_worker, strict=True)
-            if worker in workers or not k
-        }
-        self._ahead = _Ahead(k, plan, covered)
+        self._ahead = _Ahead(k, plan, set(seq_ids))
 
     def _overlapped(self, running: list[SequenceState]) -> tuple[list[Verified], Drafts]:
         groups = {m: [s for s in running if s.micro_batch == m] for m in (0, 1)}

@@ -14,7 +14,8 @@ import pytest
 from transformers import AutoTokenizer
 
 import specserve
-from model_runtime.status import OK
+from model_runtime.errors import WorkerUnavailableError
+from model_runtime.status import OK, SequenceStatus, StatusCode
 from protos import common_pb2 as pb
 from protos.columns import split
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
@@ -190,12 +191,56 @@ def test_a_sequence_admitted_late_goes_to_the_draft_worker_the_others_load_least
 def test_a_sequence_too_long_to_draft_for_does_not_hold_the_drafts_sent_ahead_back() -> None:
     workers = Workers(num_drafts=1)
     short, long = running(1, 1), running(1, 1)
-    long[0].prompt_ids = list(range(500))  # 500 + 3 drafts > the draft's 502
-    long[0].num_tokens = long[0].target_cached = 500
+    long[0].prompt_ids = list(range(501))  # 501 + 2 drafts kept > the draft's 502
+    long[0].num_tokens = long[0].target_cached = 501
+    long[0].draft_worker = -1  # (never placed on a draft worker: too long from the start)
     workers.round(short + long)
     events = workers.round(short + long)
     assert events[:2] == ["prepare verify", "wait draft 0"]  # nothing sent late
     assert workers.target.sent == [[7, 7, 7], []]
+
+
+def test_a_sequence_the_target_refused_is_drafted_for_when_it_runs_again() -> None:
+    class RefusingOnce(SplitTarget):
+        refused = False
+
+        def prepare_verify(self, requests: Sequence[VerifyRequest]) -> Any:
+            send = super().prepare_verify(requests)
+            if self.refused:
+                return send
+            self.refused = True
+            gone = SequenceStatus(StatusCode.NOT_FOUND, "not here")
+
+            def refusing(wire: object = None) -> Callable[[], list[VerifyOutput]]:
+                outputs = send(wire)()
+                outputs[1] = VerifyOutput(outputs[1].seq_id, gone)
+                return lambda: outputs
+
+            return refusing
+
+    workers = Workers(num_drafts=1)
+    workers.target = RefusingOnce(workers.events)
+    workers.rounds.verifier.pool = WorkerPool([workers.target], "target")
+    seqs = running(2, 1)
+    workers.round(seqs)  # (the engine requeues the refused one, and prefills it again)
+    workers.round(seqs)
+    assert workers.target.sent == [[7, 7, 7]] * 2
+
+
+def test_a_sequence_whose_target_was_lost_keeps_none_of_its_drafts_on_the_draft() -> None:
+    class Lost(SplitTarget):
+        def prepare_verify(self, requests: Sequence[VerifyRequest]) -> Any:
+            def send(wire: object = None) -> Any:
+                raise WorkerUnavailableError("target gone")
+
+            return send
+
+    workers = Workers(num_drafts=1)
+    workers.rounds.verifier.pool = WorkerPool([Lost(workers.events)], "target")
+    seqs = running(1, 1)
+    shares, _ = workers.rounds.run(seqs)
+    assert isinstance(shares[0].outputs, WorkerUnavailableError)
+    assert seqs[0].draft_cached == 3  # its 2 drafts kept were never verified
 
 
 def test_drafts_sent_ahead_with_no_round_to_go_to_are_waited_for() -> None:
@@ -232,3 +277,16 @@ def test_a_draft_batch_that_cannot_be_sent_still_lets_the_ones_sent_be_read() ->
     with pytest.raises(ValueError, match="cannot encode"):
         Drafter(pool, 3, overlap=False).send(running(4, 2), 3)
     assert events == ["send draft 0", "wait draft 0"]
+
+
+def test_drafts_sent_ahead_for_a_sequence_a_stop_string_ended_are_not_left_in_flight() -> None:
+    # A stop string is not foreseen: the last sequence's next drafts went
+    # ahead, and with nothing left running the engine waits for them at once.
+    spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 3}
+    llm = specserve.LLM(
+        "specserve/demo-target", dtype="float32", max_model_len=256, speculative_config=spec
+    )
+    params = SamplingParams(temperature=0, max_tokens=64, stop=["\n"])
+    (out,) = llm.generate(["def f(x):"], params, use_tqdm=False)
+    assert out.outputs[0].stop_reason == "\n"
+    assert not llm.engine.rounds.drafts_in_flight
