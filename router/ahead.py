@@ -87,10 +87,14 @@ def cut_next(
     workers: Collection[int],
     max_len: int,
     into: dict[int, NextDrafts],
-) -> None:
+) -> list[int]:
     """Add to ``into`` (by draft worker) the next round's ``k`` drafts for each
-    sequence of a share that goes on: its workers ``workers`` hold ``max_len``."""
-    kept, cached_lens, lacking_lens, lacking = _cut(facts, outputs, k, workers, max_len)
+    sequence of a share that goes on: its workers ``workers`` hold ``max_len``.
+    Return the sequences whose next drafts are seen to (sent, or none to send:
+    they finish, or are too long to draft for); left out are those that
+    failed (a requeued one starts again) and those whose draft worker is gone
+    (placed on another when the next round drafts for them)."""
+    covered, kept, cached_lens, lacking_lens, lacking = _cut(facts, outputs, k, workers, max_len)
     samplings, index = facts.samplings, facts.sampling_index
     if any(index[i] < 0 for i in kept):  # min_tokens: their options change as tokens come
         samplings, index = list(samplings), list(index)
@@ -116,17 +120,20 @@ def cut_next(
                 b.token_ids += lacking[ends[j] - lacking_lens[j] : ends[j]]
         b.samplings += samplings
         b.sampling_index += [index[kept[j]] + offset for j in rows]
+    return [facts.seq_ids[i] for i in covered]
 
 
 def _cut(
     facts: ShareFacts, outputs: VerifyColumns, k: int, workers: Collection[int], max_len: int
-) -> tuple[list[int], list[int], list[int], list[int]]:
-    """The indices of the sequences that go on to a draft worker up, what the
-    draft keeps of each, and what it lacks (counts, and the tokens concatenated)."""
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """The indices of the sequences seen to, and of those that go on to a
+    draft worker up, what the draft keeps of each, and what it lacks (counts,
+    and the tokens concatenated)."""
     flat, failed, accepted = outputs.token_ids, outputs.failed, outputs.num_accepted
     room, worker, before, stops = facts.room, facts.draft_worker, facts.before, facts.stops
     drafted, seqs = facts.drafted, facts.seqs
     limit = max_len - k + 1  # the longest a sequence may be to hold k - 1 drafts more
+    covered: list[int] = []
     kept: list[int] = []
     cached_lens: list[int] = []
     lacking_lens: list[int] = []
@@ -135,8 +142,11 @@ def _cut(
     for i, gained in enumerate(outputs.num_tokens):
         start, end = end, end + gained
         length = before[i] + gained
-        if gained >= room[i] or length > limit or worker[i] not in workers or i in failed:
-            continue  # its length ends it, it is too long to draft for, or its worker is gone
+        if i in failed or (worker[i] not in workers and length <= limit):
+            continue  # it starts again, or is placed on another draft worker
+        covered.append(i)
+        if gained >= room[i] or length > limit or worker[i] not in workers:
+            continue  # its length ends it, or it is too long to draft for
         tokens = flat[start:end]
         if stops[i] and not stops[i].isdisjoint(tokens):
             continue  # a stop token or EOS: it surely finishes
@@ -151,20 +161,4 @@ def _cut(
         cached_lens.append(cached)
         lacking_lens.append(len(tokens))
         lacking += tokens
-    return kept, cached_lens, lacking_lens, lacking
-
-
-def covered(
-    facts: ShareFacts, outputs: VerifyColumns, k: int, workers: Collection[int], max_len: int
-) -> list[int]:
-    """The sequences of a share whose next drafts ``cut_next`` saw to (sent,
-    or none to send: they finish, or are too long to draft for): all but
-    those that failed (a requeued one starts again) and those whose draft
-    worker is gone (placed on another when the next round drafts for them)."""
-    limit = max_len - k + 1
-    return [
-        seq_id
-        for i, (seq_id, worker) in enumerate(zip(facts.seq_ids, facts.draft_worker, strict=True))
-        if i not in outputs.failed
-        and (not k or worker in workers or facts.before[i] + outputs.num_tokens[i] > limit)
-    ]
+    return covered, kept, cached_lens, lacking_lens, lacking

@@ -33,7 +33,7 @@ from model_runtime.errors import WorkerUnavailableError
 from protos.batch_columns import VerifyColumns
 from protos.messages import read_back
 from router.adaptive import KChooser
-from router.ahead import NextDrafts, covered, cut_next
+from router.ahead import NextDrafts, cut_next
 from router.drafting import Drafter, Drafts, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
@@ -69,13 +69,13 @@ class Rounds:
         self._ended: tuple[int, float] | None = None  # the last round's batch size and end
         self._ahead: _Ahead | None = None
 
-    def run(self, running: list[SequenceState]) -> tuple[list[Verified], Drafts]:
-        """Draft and verify one round: the verified shares, and the drafts by
-        sequence id; then send the next round's drafts."""
+    def run(self, running: list[SequenceState]) -> list[Verified]:
+        """Draft and verify one round (the verified shares); then send the
+        next round's drafts."""
         if self.overlap and self.k:
             shares, drafts = self._overlapped(running)
             self._note_drafted(shares, drafts)
-            return shares, drafts
+            return shares
         seqs = list(running)
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
         self._rounds += 1
@@ -107,7 +107,7 @@ class Rounds:
             ended = time.perf_counter()
             self._note_drafted(shares, drafts)
         self._ended = (len(seqs), ended)
-        return shares, drafts
+        return shares
 
     def skip_gap(self) -> None:
         """The engine did more than a round's own work before the next round
@@ -135,17 +135,18 @@ class Rounds:
         every = self.chooser.config.time_every if self.chooser is not None else 0
         return bool(every) and (round_number - 1) % every == 0
 
-    def _choose(self, seqs: list[SequenceState]) -> int:
-        """The round's k: the chooser's, or the configured one (a seeded sample)."""
-        if self.chooser is None or _seeded(seqs):
+    def _choose(self, kinds: list[str], seeded: bool) -> int:
+        """The k of a round of sequences of ``kinds``: the chooser's, or the
+        configured one (when ``seeded``: a seeded sample rides in it)."""
+        if self.chooser is None or seeded:
             return self.k
-        return self.chooser.choose(len(seqs), (s.acceptance_kind for s in seqs))
+        return self.chooser.choose(len(kinds), kinds)
 
     def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, Drafts, Plan | None]:
         """The round's k, the drafts already here, and the plan on the way."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
-            k = self._choose(seqs)
+            k = self._choose([s.acceptance_kind for s in seqs], _seeded(seqs))
             return k, Drafts(), self.drafter.send(seqs, k) if k else None
         late = [s for s in seqs if s.seq_id not in ahead.seq_ids]
         if not late:
@@ -181,19 +182,17 @@ class Rounds:
         ]
         if not live or self._timed(self._rounds + 1):
             return
-        if self.chooser is None or any(facts.seeded for facts, _ in live):
-            k = self.k
-        else:
-            kinds = [kind for facts, _ in live for kind in facts.kinds]
-            k = self.chooser.choose(len(kinds), kinds)
+        kinds = [kind for facts, _ in live for kind in facts.kinds]
+        k = self._choose(kinds, any(facts.seeded for facts, _ in live))
         workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
-        seq_ids: list[int] = []
+        seq_ids: list[int] = []  # those whose next drafts are seen to
         for facts, outputs in live:
             columns = VerifyColumns.of(outputs)
             if k:
-                cut_next(facts, columns, k, workers, max_len, into=parts)
-            seq_ids += covered(facts, columns, k, workers, max_len)
+                seq_ids += cut_next(facts, columns, k, workers, max_len, into=parts)
+            else:
+                seq_ids += [s for i, s in enumerate(facts.seq_ids) if i not in columns.failed]
         plan = self.drafter.send_next(parts, k) if parts else None
         self._ahead = _Ahead(k, plan, set(seq_ids))
 

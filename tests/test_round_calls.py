@@ -117,7 +117,7 @@ class Workers:
     def round(self, seqs: list[SequenceState]) -> list[str]:
         """Run a round and apply its outputs as the engine does; the events it caused."""
         self.events.clear()
-        shares, _ = self.rounds.run(seqs)
+        shares = self.rounds.run(seqs)
         for share in shares:
             assert isinstance(share.outputs, list)
             for seq, out in zip(share.seqs, share.outputs, strict=True):
@@ -238,7 +238,7 @@ def test_a_sequence_whose_target_was_lost_keeps_none_of_its_drafts_on_the_draft(
     workers = Workers(num_drafts=1)
     workers.rounds.verifier.pool = WorkerPool([Lost(workers.events)], "target")
     seqs = running(1, 1)
-    shares, _ = workers.rounds.run(seqs)
+    shares = workers.rounds.run(seqs)
     assert isinstance(shares[0].outputs, WorkerUnavailableError)
     assert seqs[0].draft_cached == 3  # its 2 drafts kept were never verified
 

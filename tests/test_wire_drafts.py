@@ -52,7 +52,7 @@ def one_round(
     verifier = Verifier(WorkerPool([target], "target"), max_model_len)
     drafter = Drafter(WorkerPool([WireDraft(events, lost)], "draft"), 3, overlap=False)
     rounds = Rounds(drafter, verifier, SpeculationMetrics(3), None, False)
-    shares, _ = rounds.run(running(num, 1))
+    shares = rounds.run(running(num, 1))
     assert [len(r.draft_token_ids) for r in shares[0].requests] == [
         len(drafts) for drafts in target.sent
     ]  # each request holds its drafts too (the engine counts them)
