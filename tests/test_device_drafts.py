@@ -12,7 +12,7 @@ import torch
 from model_runtime.random_checkpoint import save_random_checkpoint
 from model_runtime.sampling import SamplingOptions
 from protos.messages import DeviceTokens, DraftedBatch, SequenceTokens, VerifyRequest
-from router.adaptive import AdaptiveConfig, KChooser
+from router.adaptive import GREEDY, AdaptiveConfig, KChooser
 from router.drafting import Drafts
 from router.metrics import SpeculationMetrics
 from router.rounds import Rounds
@@ -74,7 +74,9 @@ def test_only_timed_rounds_read_the_drafts_back_before_verifying() -> None:
         batches.append(DraftedBatch(torch.zeros(len(seqs), k, dtype=torch.int64)))
         return {s.seq_id: (DeviceTokens(batches[-1], i, k), None, None) for i, s in enumerate(seqs)}
 
-    seq = SimpleNamespace(seq_id=1, num_tokens=70, draft_cached=69, options=SamplingOptions())
+    seq = SimpleNamespace(
+        seq_id=1, num_tokens=70, draft_cached=69, options=SamplingOptions(), acceptance_kind=GREEDY
+    )
     chooser = KChooser(3, AdaptiveConfig(time_every=2))
     chooser.pin(3)
     drafter = SimpleNamespace(
