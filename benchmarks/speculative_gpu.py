@@ -127,18 +127,33 @@ def engine_rows(
     learner, pinned = KChooser(K_MAX), KChooser(K_MAX)
     runs: dict[tuple[Any, int], list[dict[str, Any]]] = {}
     outputs: dict[tuple[Any, int], list[list[int]]] = {}
-    passes = [("adaptive-first", None)] + [("adaptive", None), *((k, k) for k in ks)] * repeats
-    for name, k in passes:
+    for batch, name, k in schedule(concurrency, ks, repeats):
         llm.engine.rounds.chooser = learner if k is None else pinned
         llm.engine.rounds.chooser.pin(k)
-        for batch in concurrency:
-            row, tokens = engine_row(llm, batch, max_tokens, text)
-            runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
-            outputs.setdefault((name, batch), tokens)
-            print(json.dumps(runs[name, batch][-1]), flush=True)
+        row, tokens = engine_row(llm, batch, max_tokens, text)
+        runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
+        outputs.setdefault((name, batch), tokens)
+        print(json.dumps(runs[name, batch][-1]), flush=True)
     rows = [median_run(found) for found in runs.values()]
     same_as_plain(llm, rows, [outputs[r["k"], r["batch"]] for r in rows], max_tokens, text)
     return rows
+
+
+def schedule(
+    concurrency: list[int], ks: list[int], repeats: int
+) -> list[tuple[int, str | int, int | None]]:
+    """(batch, row name, pinned k or None for adaptive) in the order timed:
+    a batch size's rows back to back, adaptive's learning pass first, each
+    pass in the reverse order of the one before, so that rows compared with
+    each other are timed close together and a drift of the GPU's speed over
+    a pass falls on them alike."""
+    names: list[tuple[str | int, int | None]] = [("adaptive", None), *((k, k) for k in ks)]
+    order = []
+    for batch in concurrency:
+        order.append((batch, "adaptive-first", None))
+        for rep in range(repeats):
+            order += [(batch, name, k) for name, k in (names if rep % 2 == 0 else names[::-1])]
+    return order
 
 
 def engine_row(
