@@ -8,14 +8,11 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Callable, Sequence
-from typing import Any
 
-import pytest
 from transformers import AutoTokenizer
 
 import specserve
-from model_runtime.errors import WorkerUnavailableError
-from model_runtime.status import OK, SequenceStatus, StatusCode
+from model_runtime.status import OK
 from protos import common_pb2 as pb
 from protos.columns import split
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
@@ -200,83 +197,12 @@ def test_a_sequence_too_long_to_draft_for_does_not_hold_the_drafts_sent_ahead_ba
     assert workers.target.sent == [[7, 7, 7], []]
 
 
-def test_a_sequence_the_target_refused_is_drafted_for_when_it_runs_again() -> None:
-    class RefusingOnce(SplitTarget):
-        refused = False
-
-        def prepare_verify(self, requests: Sequence[VerifyRequest]) -> Any:
-            send = super().prepare_verify(requests)
-            if self.refused:
-                return send
-            self.refused = True
-            gone = SequenceStatus(StatusCode.NOT_FOUND, "not here")
-
-            def refusing(wire: object = None) -> Callable[[], list[VerifyOutput]]:
-                outputs = send(wire)()
-                outputs[1] = VerifyOutput(outputs[1].seq_id, gone)
-                return lambda: outputs
-
-            return refusing
-
-    workers = Workers(num_drafts=1)
-    workers.target = RefusingOnce(workers.events)
-    workers.rounds.verifier.pool = WorkerPool([workers.target], "target")
-    seqs = running(2, 1)
-    workers.round(seqs)  # (the engine requeues the refused one, and prefills it again)
-    workers.round(seqs)
-    assert workers.target.sent == [[7, 7, 7]] * 2
-
-
-def test_a_sequence_whose_target_was_lost_keeps_none_of_its_drafts_on_the_draft() -> None:
-    class Lost(SplitTarget):
-        def prepare_verify(self, requests: Sequence[VerifyRequest]) -> Any:
-            def send(wire: object = None) -> Any:
-                raise WorkerUnavailableError("target gone")
-
-            return send
-
-    workers = Workers(num_drafts=1)
-    workers.rounds.verifier.pool = WorkerPool([Lost(workers.events)], "target")
-    seqs = running(1, 1)
-    shares = workers.rounds.run(seqs)
-    assert isinstance(shares[0].outputs, WorkerUnavailableError)
-    assert seqs[0].draft_cached == 3  # its 2 drafts kept were never verified
-
-
 def test_drafts_sent_ahead_with_no_round_to_go_to_are_waited_for() -> None:
     workers = Workers(num_drafts=1)
     workers.round(running(1, 1))
     workers.events.clear()
     workers.rounds.drop_ahead()
     assert workers.events == ["wait draft 0"]
-
-
-def test_a_round_that_fails_while_preparing_still_waits_for_the_drafts_it_sent() -> None:
-    # A sent batch holds its worker's stream until its result is read: an
-    # error in between must not leave the stream held for every later round.
-    class Failing(SplitTarget):
-        def prepare_verify(self, requests: Sequence[VerifyRequest]) -> Any:
-            raise ValueError("cannot encode")
-
-    events: list[str] = []
-    drafts = WorkerPool([SplitDraft("draft 0", events)], "draft")
-    verifier = Verifier(WorkerPool([Failing(events)], "target"), max_model_len=512)
-    rounds = Rounds(Drafter(drafts, 3, overlap=False), verifier, SpeculationMetrics(3), None, False)
-    with pytest.raises(ValueError, match="cannot encode"):
-        rounds.run(running(2, 1))
-    assert events == ["send draft 0", "wait draft 0"]
-
-
-def test_a_draft_batch_that_cannot_be_sent_still_lets_the_ones_sent_be_read() -> None:
-    class Unsendable(SplitDraft):
-        def start_propose(self, requests: Sequence[ProposeRequest], k: int) -> Any:
-            raise ValueError("cannot encode")
-
-    events: list[str] = []
-    pool = WorkerPool([SplitDraft("draft 0", events), Unsendable("draft 1", events)], "draft")
-    with pytest.raises(ValueError, match="cannot encode"):
-        Drafter(pool, 3, overlap=False).send(running(4, 2), 3)
-    assert events == ["send draft 0", "wait draft 0"]
 
 
 def test_drafts_sent_ahead_for_a_sequence_a_stop_string_ended_are_not_left_in_flight() -> None:
