@@ -10,8 +10,9 @@ before it were. Decoding alone (k = 0) costs one target step over B tokens
 and the engine's work per token. The chooser measures all of these as rounds
 run (wall time of the draft and verify calls every few rounds, by batch size
 and by tokens in the step; the time from one round's end to the next one's
-start, by batch size; acceptance per position, every round) and picks the k
-in 0..k_max with the most tokens per second. Leaving the engine's own work
+start, by batch size; acceptance per position, every round; step sizes not
+measured are interpolated, router/step_times.py) and picks the k in 0..k_max
+with the most tokens per second. Leaving the engine's own work
 out would undervalue long rounds, which pay it less often per token. Rounds
 that draft ahead (router/rounds.py) hide part of the draft's time behind
 the engine's own work; the chooser does not count on it, as its timings
@@ -26,21 +27,28 @@ it. A kind not seen yet borrows the pooled counts.
 
 What it has not measured it learns by probing: every ``probe_every`` rounds
 it drafts one token more than its choice, or one fewer, by turns, so a draft
-that turns good is noticed and the cost of drafting less is known; positions
-never reached borrow the acceptance of the last one measured. Acceptance
-counts decay and step times are the median of the latest few, so both follow
-a changing workload.
+that turns good is noticed and the cost of drafting less is known (a probe
+round is always timed, or it would price nothing); positions never reached
+borrow the acceptance of the last one measured. Acceptance counts decay and
+step times are the median of the latest few, so both follow a changing
+workload. The chooser keeps the rounds' schedule (which are timed, which
+probe) by round number, so the two cannot drift apart.
+
+Leaving k = 0 costs more than a round's price shows: the draft must first
+catch up on every token it missed while k was 0 (one forward over them, not
+replayed from a graph). So once settled at k = 0, another k is chosen
+only if it looks ``leave_zero`` better; otherwise near-equal prices at k = 0 and
+k = 1 would flip between them and pay that catch-up each time.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from model_runtime.sampling import SamplingOptions
+from router.step_times import StepTimes
 
 GREEDY, SAMPLED, CONSTRAINED = "greedy", "sampled", "constrained"
 
@@ -62,6 +70,9 @@ class AdaptiveConfig:
     # verifying them, so the draft's steps and the verify are priced apart
     # (others leave the drafts on the device and let the verify queue behind).
     time_every: int = 4
+    # How much more goodput another k must promise to leave k = 0 (the draft's
+    # catch-up over the tokens it missed is not in a round's price).
+    leave_zero: float = 0.05
 
     def __post_init__(self) -> None:
         if self.probe_every < 1:
@@ -72,31 +83,8 @@ class AdaptiveConfig:
             raise ValueError(f"window must be >= 1, got {self.window}")
         if self.time_every < 1:
             raise ValueError(f"time_every must be >= 1, got {self.time_every}")
-
-
-def _bucket(n: int) -> int:
-    """Batch sizes and token counts are measured in powers of two."""
-    return max(0, math.ceil(math.log2(max(n, 1))))
-
-
-@dataclass
-class _StepTimes:
-    """The latest seconds per power-of-two bucket; the estimate is their median,
-    so one slow round (a first call that compiles or captures) does not count."""
-
-    window: int
-    times: dict[int, deque[float]] = field(default_factory=dict)
-
-    def add(self, n: int, seconds: float) -> None:
-        self.times.setdefault(_bucket(n), deque(maxlen=self.window)).append(seconds)
-
-    def get(self, n: int) -> float | None:
-        """The estimate for ``n``: its own bucket's, else the nearest measured one's."""
-        if not self.times:
-            return None
-        b = _bucket(n)
-        nearest = min(self.times, key=lambda known: (abs(known - b), -known))
-        return statistics.median(self.times[nearest])
+        if self.leave_zero < 0:
+            raise ValueError(f"leave_zero must be >= 0, got {self.leave_zero}")
 
 
 @dataclass
@@ -138,13 +126,13 @@ class KChooser:
     def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
         self.k_max = k_max
         self.config = config
-        self.draft_step_s = _StepTimes(config.window)  # by batch size
-        self.target_step_s = _StepTimes(config.window)  # by tokens in the step
-        self.between_s = _StepTimes(config.window)  # engine's own work a round, by batch
+        self.draft_step_s = StepTimes(config.window)  # by batch size
+        self.target_step_s = StepTimes(config.window)  # by tokens in the step
+        self.between_s = StepTimes(config.window)  # engine's own work a round, by batch
         self.pooled = Acceptance.empty(k_max)  # every kind of sequence together
         self.by_kind: dict[str, Acceptance] = {}
-        self._rounds = 0
         self.pinned: int | None = None
+        self._settled = k_max  # the last round's best k (before any probe)
 
     def pin(self, k: int | None) -> None:
         """Draft exactly ``k`` tokens every round from now on (None: choose again);
@@ -162,24 +150,37 @@ class KChooser:
     def accepted(self) -> list[float]:
         return self.pooled.accepted
 
-    def choose(self, batch: int, kinds: Iterable[str] = ()) -> int:
-        """The k for the next round of ``batch`` sequences, of these ``kinds``
+    def timed(self, round_number: int) -> bool:
+        """Whether round ``round_number`` (from 1) is timed: every ``time_every``-th
+        and every probe."""
+        return (round_number - 1) % self.config.time_every == 0 or self._probe(round_number) != 0
+
+    def choose(self, batch: int, kinds: Iterable[str] = (), round_number: int = 1) -> int:
+        """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``
         (none given: pooled acceptance; read only when k is not pinned)."""
         if self.pinned is not None:
             return self.pinned
-        self._rounds += 1
-        best = self.best(batch, Counter(kinds))
-        probe, rest = divmod(self._rounds, self.config.probe_every)
-        if rest:
-            return best
-        return min(best + 1, self.k_max) if probe % 2 else max(best - 1, 0)
+        self._settled = self.best(batch, Counter(kinds))
+        return min(max(self._settled + self._probe(round_number), 0), self.k_max)
+
+    def _probe(self, round_number: int) -> int:
+        """+1 or -1 on a probe round (by turns), else 0."""
+        turn, rest = divmod(round_number - 1, self.config.probe_every)
+        if self.pinned is not None or rest or not turn:
+            return 0
+        return 1 if turn % 2 else -1
 
     def best(self, batch: int, mix: Mapping[str, int] | None = None) -> int:
-        """The k with the most expected tokens per second (k_max while unmeasured)."""
+        """The k with the most expected tokens per second (k_max while unmeasured);
+        after settling at k = 0, another only if it is ``leave_zero`` better."""
         draft = self.draft_step_s.get(batch)
         if draft is None or self.target_step_s.get(batch) is None or not self.pooled.measured:
             return self.k_max
-        return max(range(self.k_max + 1), key=lambda k: self.goodput(batch, k, mix))
+        rates = [self.goodput(batch, k, mix) for k in range(self.k_max + 1)]
+        best = max(range(self.k_max + 1), key=rates.__getitem__)
+        if self._settled == 0 and rates[best] < rates[0] * (1 + self.config.leave_zero):
+            return 0
+        return best
 
     def goodput(self, batch: int, k: int, mix: Mapping[str, int] | None = None) -> float:
         """Expected tokens per second per sequence for a round of ``k`` drafts."""

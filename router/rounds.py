@@ -16,7 +16,8 @@ finds its drafts waiting. A sequence that finishes meanwhile (by a stop
 string) or is preempted or aborted had its drafts made for nothing; the
 drafter drops them (router/drafting.py). A sequence admitted meanwhile is
 drafted for in its first round, once what was sent ahead has come back.
-Every few rounds (``time_every``, when adaptive) the round is timed instead:
+Every few rounds (``time_every``, and every probe: the chooser keeps that
+schedule, when adaptive) the round is timed instead:
 its drafts are not sent ahead, and it reads an in-process draft's tokens back
 before verifying (otherwise they stay on the device into the verify), to
 time the draft's steps apart. With overlap the running sequences ride in
@@ -132,21 +133,20 @@ class Rounds:
             self.chooser.observe_acceptance(k, num_accepted, seq.acceptance_kind)
 
     def _timed(self, round_number: int) -> bool:
-        every = self.chooser.config.time_every if self.chooser is not None else 0
-        return bool(every) and (round_number - 1) % every == 0
+        return self.chooser is not None and self.chooser.timed(round_number)
 
-    def _choose(self, kinds: list[str], seeded: bool) -> int:
-        """The k of a round of sequences of ``kinds``: the chooser's, or the
-        configured one (when ``seeded``: a seeded sample rides in it)."""
+    def _choose(self, kinds: list[str], seeded: bool, round_number: int) -> int:
+        """The k of round ``round_number``, of sequences of ``kinds``: the chooser's,
+        or the configured one (when ``seeded``: a seeded sample rides in it)."""
         if self.chooser is None or seeded:
             return self.k
-        return self.chooser.choose(len(kinds), kinds)
+        return self.chooser.choose(len(kinds), kinds, round_number)
 
     def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, Drafts, Plan | None]:
         """The round's k, the drafts already here, and the plan on the way."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
-            k = self._choose([s.acceptance_kind for s in seqs], _seeded(seqs))
+            k = self._choose([s.acceptance_kind for s in seqs], _seeded(seqs), self._rounds)
             return k, Drafts(), self.drafter.send(seqs, k) if k else None
         late = [s for s in seqs if s.seq_id not in ahead.seq_ids]
         if not late:
@@ -183,7 +183,7 @@ class Rounds:
         if not live or self._timed(self._rounds + 1):
             return
         kinds = [kind for facts, _ in live for kind in facts.kinds]
-        k = self._choose(kinds, any(facts.seeded for facts, _ in live))
+        k = self._choose(kinds, any(facts.seeded for facts, _ in live), self._rounds + 1)
         workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
         seq_ids: list[int] = []  # those whose next drafts are seen to

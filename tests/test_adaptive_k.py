@@ -111,8 +111,45 @@ def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
     chooser.config = AdaptiveConfig(probe_every=4)
     best = chooser.best(batch=1)
     assert 0 < best < 5
-    picks = [chooser.choose(batch=1) for _ in range(8)]
-    assert picks == [best, best, best, best + 1, best, best, best, best - 1]
+    picks = [chooser.choose(batch=1, round_number=r) for r in range(1, 10)]
+    assert picks == [best] * 4 + [best + 1] + [best] * 3 + [best - 1]
+
+
+def test_every_probe_round_is_timed_so_that_its_price_is_measured() -> None:
+    chooser = measured(0.6, draft_s=0.0008, verify_s={1: 0.005, 4: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=6, time_every=4)
+    best = chooser.best(batch=1)
+    probes = [r for r in range(1, 50) if chooser.choose(batch=1, round_number=r) != best]
+    assert probes == [7, 13, 19, 25, 31, 37, 43, 49]
+    assert all(chooser.timed(r) for r in probes)
+    assert [r for r in range(1, 10) if chooser.timed(r)] == [1, 5, 7, 9]
+
+
+def test_a_pinned_k_does_not_probe_or_time_more_rounds() -> None:
+    chooser = KChooser(5, AdaptiveConfig(probe_every=3, time_every=4))
+    chooser.pin(2)
+    assert [chooser.choose(batch=1, round_number=r) for r in range(1, 13)] == [2] * 12
+    assert [r for r in range(1, 13) if chooser.timed(r)] == [1, 5, 9]
+
+
+def test_settled_at_k_0_it_leaves_only_for_a_clearly_better_k() -> None:
+    # Leaving k = 0 makes the draft catch up on every token it missed, which
+    # a round's price does not show: near-equal prices must not flip it.
+    chooser = measured(0.3, draft_s=0.001, verify_s={1: 0.005, 2: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.1)
+    rate = {k: chooser.goodput(1, k) for k in range(6)}
+    assert max(rate, key=rate.__getitem__) == 1 and rate[1] < rate[0] * 1.1
+    assert chooser.choose(batch=1) == 1  # not settled at 0: the best
+    chooser._settled = 0
+    assert chooser.choose(batch=1) == 0
+    chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.05)
+    assert chooser.choose(batch=1) == 1
+
+
+def test_a_probe_down_to_k_0_does_not_settle_it_there() -> None:
+    chooser = measured(0.3, draft_s=0.001, verify_s={1: 0.005, 2: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=2, leave_zero=0.5)
+    assert [chooser.choose(batch=1, round_number=r) for r in range(1, 7)] == [1, 1, 2, 1, 0, 1]
 
 
 def test_a_pinned_k_is_drafted_every_round_until_unpinned() -> None:
@@ -147,3 +184,5 @@ def test_the_config_is_checked() -> None:
         AdaptiveConfig(decay=1.0)
     with pytest.raises(ValueError, match="window must be >= 1"):
         AdaptiveConfig(window=0)
+    with pytest.raises(ValueError, match="leave_zero must be >= 0"):
+        AdaptiveConfig(leave_zero=-0.1)

@@ -1,0 +1,43 @@
+"""Step prices by size: the median of the latest few at a measured size,
+interpolated between measured sizes, never pooled across sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.step_times import StepTimes
+
+
+def test_nothing_measured_has_no_price() -> None:
+    assert StepTimes(window=4).get(8) is None
+
+
+def test_a_measured_size_is_priced_at_the_median_of_its_latest_times() -> None:
+    times = StepTimes(window=3)
+    for seconds in (0.9, 0.010, 0.012, 0.011):  # the first one fell out of the window
+        times.add(64, seconds)
+    assert times.get(64) == pytest.approx(0.011)
+
+
+def test_sizes_are_priced_apart_not_by_power_of_two() -> None:
+    # 320 and 512 tokens: a batch of 64 with 4 drafts each and with 7.
+    times = StepTimes(window=4)
+    times.add(320, 0.012)
+    times.add(512, 0.018)
+    assert times.get(320) == pytest.approx(0.012)
+    assert times.get(512) == pytest.approx(0.018)
+
+
+def test_a_size_between_measured_ones_is_priced_on_the_line_between_them() -> None:
+    times = StepTimes(window=4)
+    times.add(128, 0.010)
+    times.add(256, 0.014)
+    assert times.get(192) == pytest.approx(0.012)
+
+
+def test_a_size_beyond_the_measured_ones_takes_the_nearest_price() -> None:
+    times = StepTimes(window=4)
+    times.add(4, 0.005)
+    times.add(8, 0.006)
+    assert times.get(1) == pytest.approx(0.005)
+    assert times.get(64) == pytest.approx(0.006)
