@@ -172,9 +172,12 @@ def engine_row(
 
 
 def median_run(found: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first run's counts with the median tokens/s of all runs, each run's beside it."""
+    """The first run's counts with the median tokens/s of all runs, each run's
+    tokens/s and rounds by k beside it (an adaptive run's choices vary)."""
     rates = [r["tokens_per_s"] for r in found]
-    return {**found[0], "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates}
+    rounds = [r["rounds_per_k"] for r in found]
+    return {**found[0], "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates,
+            "runs_rounds_per_k": rounds}  # fmt: skip
 
 
 def alone(
