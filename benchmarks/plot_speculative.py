@@ -5,7 +5,9 @@ beside the theory E / (k c + 1).
     pip install -e ".[bench]"
     python benchmarks/plot_speculative.py benchmarks/results/speculative_gpu_h200_narrow.json
 
-writes ``<name>_vs_k.png`` and ``<name>_vs_concurrency.png`` beside the JSON.
+writes ``<name>_vs_k.png`` and ``<name>_vs_concurrency.png`` beside the JSON,
+and prints each adaptive pass's tokens/s beside the rate its choices of k
+would give at the pinned rows' cost and gain a round (``from_choices``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,28 @@ def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def from_choices(rows: list[dict[str, Any]], batch: int) -> list[tuple[float, float]]:
+    """Each adaptive pass at ``batch``: its tokens/s, and the tokens/s its rounds
+    by k would give at the pinned rows' cost and gain a round. Every row
+    decodes the same tokens N, so a pinned row of R rounds at r tokens/s
+    gains N / R a round and spends N / (r R) seconds on it. A pass well below
+    its prediction lost time elsewhere than in choosing k."""
+    rows_at = {r["k"]: r for r in rows if r["batch"] == batch}
+    pinned = {k: r for k, r in rows_at.items() if isinstance(k, int)}
+    adaptive = rows_at["adaptive"]
+    passes = adaptive.get("runs_rounds_per_k") or [adaptive["rounds_per_k"]]
+    out = []
+    for rate, rounds in zip(adaptive["runs_tokens_per_s"], passes, strict=False):
+        used = [(k, n) for k, n in enumerate(rounds) if n]
+        own = {k: pinned[k]["rounds_per_k"][k] for k, _ in used if k in pinned}
+        if len(own) < len(used) or not all(own.values()):
+            continue  # a k with no pinned row to price it
+        gained = sum(n / own[k] for k, n in used)
+        spent = sum(n / (own[k] * pinned[k]["tokens_per_s"]) for k, n in used)
+        out.append((rate, gained / spent))
+    return out
+
+
 def plot_vs_k(points: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for p in (p for p in points if p["batch"] == 1):
@@ -103,6 +127,11 @@ def main() -> None:
     for p in points:
         ks = {k: round(v, 2) for k, v in p["speedup"].items()}
         print(f"a={p['alpha']:.2f} c={p['c']:.3f} batch={p['batch']}: {ks}")
+    for pair in json.loads(args.report.read_text())["pairs"]:
+        for batch in sorted({r["batch"] for r in pair["rows"]}):
+            passes = from_choices(pair["rows"], batch)
+            said = ", ".join(f"{rate:.0f} of {predicted:.0f}" for rate, predicted in passes)
+            print(f"{pair['wanted_acceptance']} batch {batch}: adaptive, of its k's rate: {said}")
 
 
 if __name__ == "__main__":
