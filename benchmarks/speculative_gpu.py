@@ -64,10 +64,6 @@ def timed(
     return sum(map(len, tokens)) / (time.perf_counter() - start), tokens
 
 
-def tokens_per_s(llm: LLM, batch: int, max_tokens: int, text: bool = False) -> float:
-    return timed(llm, batch, max_tokens, text)[0]
-
-
 def step_counts(llm: LLM) -> dict[str, dict[str, float]]:
     """How the in-process target's and draft's forwards have run so far."""
     workers = {"target": llm.engine.workers.target, "draft": llm.engine.workers.drafts[0]}
@@ -189,7 +185,7 @@ def alone(
 ) -> dict[int, float]:
     """Tokens/s of ``folder`` decoding alone at each concurrency (the median of ``repeats``)."""
     llm = LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
-    runs = [[tokens_per_s(llm, b, max_tokens, text) for b in concurrency] for _ in range(repeats)]
+    runs = [[timed(llm, b, max_tokens, text)[0] for b in concurrency] for _ in range(repeats)]
     rates = {b: statistics.median(r[i] for r in runs) for i, b in enumerate(concurrency)}
     del llm
     free()

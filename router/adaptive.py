@@ -26,13 +26,17 @@ greedy requests is not held back by sampled ones served earlier or beside
 it. A kind not seen yet borrows the pooled counts.
 
 What it has not measured it learns by probing: every ``probe_every`` rounds
-it drafts one token more than its choice, or one fewer, by turns, so a draft
-that turns good is noticed and the cost of drafting less is known (a probe
-round is always timed, or it would price nothing); positions never reached
+(from round probe_every + 1) it drafts one token more than its choice, or
+one fewer, by turns, so a draft that turns good is noticed and the cost of
+drafting less is known (a probe round is always timed, or it would price
+nothing; a probe up from k = 0 prices its verify only, as its draft's time
+is mostly the catch-up); positions never reached
 borrow the acceptance of the last one measured. Acceptance counts decay and
 step times are the median of the latest few, so both follow a changing
-workload. The chooser keeps the rounds' schedule (which are timed, which
-probe) by round number, so the two cannot drift apart.
+workload, at the sizes still in use (a size no longer seen keeps its last
+price). The chooser keeps the rounds' schedule (which are timed, which
+probe) by round number, so the two cannot drift apart; a pinned k times the
+same rounds, so pinned and chosen rounds pay the same for being timed.
 
 Leaving k = 0 costs more than a round's price shows: the draft must first
 catch up on every token it missed while k was 0 (one forward over them, not
@@ -65,7 +69,7 @@ def acceptance_kind(options: SamplingOptions) -> str:
 class AdaptiveConfig:
     probe_every: int = 16  # rounds between probes of one token more or fewer
     decay: float = 0.95  # weight the acceptance counts keep per new observation
-    window: int = 8  # step times kept per bucket; their median is the estimate
+    window: int = 8  # step times kept per size; their median is the estimate
     # Rounds between timed ones: a timed round reads its drafts back before
     # verifying them, so the draft's steps and the verify are priced apart
     # (others leave the drafts on the device and let the verify queue behind).
@@ -141,6 +145,8 @@ class KChooser:
         if k is not None and not 0 <= k <= self.k_max:
             raise ValueError(f"k must be in 0..{self.k_max}, got {k}")
         self.pinned = k
+        if k is not None:  # (at k = 0 the draft misses tokens as when settled there)
+            self._settled = k
 
     @property
     def reached(self) -> list[float]:
@@ -151,11 +157,12 @@ class KChooser:
         return self.pooled.accepted
 
     def timed(self, round_number: int) -> bool:
-        """Whether round ``round_number`` (from 1) is timed: every ``time_every``-th
-        and every probe."""
-        return (round_number - 1) % self.config.time_every == 0 or self._probe(round_number) != 0
+        """Whether round ``round_number`` (from 1) is timed: rounds 1, time_every + 1,
+        2 time_every + 1, ..., and every probe round."""
+        first_of_few = (round_number - 1) % self.config.time_every == 0
+        return first_of_few or self._probe_turn(round_number) > 0
 
-    def choose(self, batch: int, kinds: Iterable[str] = (), round_number: int = 1) -> int:
+    def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
         """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``
         (none given: pooled acceptance; read only when k is not pinned)."""
         if self.pinned is not None:
@@ -163,12 +170,15 @@ class KChooser:
         self._settled = self.best(batch, Counter(kinds))
         return min(max(self._settled + self._probe(round_number), 0), self.k_max)
 
+    def _probe_turn(self, round_number: int) -> int:
+        """Which probe round ``round_number`` is (1, 2, ...; 0: none)."""
+        turn, rest = divmod(round_number - 1, self.config.probe_every)
+        return 0 if rest else turn
+
     def _probe(self, round_number: int) -> int:
         """+1 or -1 on a probe round (by turns), else 0."""
-        turn, rest = divmod(round_number - 1, self.config.probe_every)
-        if self.pinned is not None or rest or not turn:
-            return 0
-        return 1 if turn % 2 else -1
+        turn = self._probe_turn(round_number)
+        return 0 if not turn else 1 if turn % 2 else -1
 
     def best(self, batch: int, mix: Mapping[str, int] | None = None) -> int:
         """The k with the most expected tokens per second (k_max while unmeasured);

@@ -17,7 +17,8 @@ string) or is preempted or aborted had its drafts made for nothing; the
 drafter drops them (router/drafting.py). A sequence admitted meanwhile is
 drafted for in its first round, once what was sent ahead has come back.
 Every few rounds (``time_every``, and every probe: the chooser keeps that
-schedule, when adaptive) the round is timed instead:
+schedule, when adaptive; a seeded round that falls on a probe is timed
+too, though it keeps the configured k) the round is timed instead:
 its drafts are not sent ahead, and it reads an in-process draft's tokens back
 before verifying (otherwise they stay on the device into the verify), to
 time the draft's steps apart. With overlap the running sequences ride in
@@ -140,7 +141,7 @@ class Rounds:
         or the configured one (when ``seeded``: a seeded sample rides in it)."""
         if self.chooser is None or seeded:
             return self.k
-        return self.chooser.choose(len(kinds), kinds, round_number)
+        return self.chooser.choose(len(kinds), kinds, round_number=round_number)
 
     def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, Drafts, Plan | None]:
         """The round's k, the drafts already here, and the plan on the way."""

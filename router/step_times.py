@@ -2,13 +2,15 @@
 latest few measured.
 
 The estimate at a measured size is the median of its latest ``window``
-times, so one slow step (a first call that compiles a kernel) does not
-count. A size not measured yet is priced by straight-line interpolation
-between the nearest measured sizes on either side, or as the nearest one
-beyond the measured range. Sizes are kept exactly, not in power-of-two
-buckets: a verify of 64 sequences with 4 drafts each (320 tokens) and one
-with 7 (512) can differ by half, and sharing a bucket would give them one
-price, whichever k was run last.
+times, so once a size has three, one slow step (a first call that compiles
+a kernel) does not count. A size not measured yet is priced by
+straight-line interpolation between the nearest measured sizes on either
+side; below the measured range, as the smallest; above it, along the line
+through the two largest (never falling: a bigger step does not cost less),
+so that a k never run is not priced as the largest one measured. Sizes are
+kept exactly, not in power-of-two buckets: a verify of 64 sequences with 4
+drafts each (320 tokens) and one with 7 (512) can differ by half, and
+sharing a bucket would give them one price, whichever k was run last.
 """
 
 from __future__ import annotations
@@ -21,31 +23,46 @@ from dataclasses import dataclass, field
 
 @dataclass
 class StepTimes:
+    """The latest ``window`` seconds of each measured size, and their medians."""
+
     window: int
-    times: dict[int, deque[float]] = field(default_factory=dict)
-    _sizes: list[int] = field(default_factory=list)  # the measured sizes, sorted
-    _medians: dict[int, float] = field(default_factory=dict)
+    _times: dict[int, deque[float]] = field(default_factory=dict, init=False, repr=False)
+    _sizes: list[int] = field(default_factory=list, init=False, repr=False)  # sorted
+    _medians: dict[int, float] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
 
     def add(self, size: int, seconds: float) -> None:
-        latest = self.times.get(size)
+        latest = self._times.get(size)
         if latest is None:
-            latest = self.times[size] = deque(maxlen=self.window)
+            latest = self._times[size] = deque(maxlen=self.window)
             insort(self._sizes, size)
         latest.append(seconds)
         self._medians[size] = statistics.median(latest)
 
+    def count(self, size: int) -> int:
+        """How many times of ``size`` are kept."""
+        return len(self._times.get(size, ()))
+
     def get(self, size: int) -> float | None:
         """The estimate for a step of ``size`` (None: nothing measured yet)."""
-        sizes = self._sizes
+        sizes, medians = self._sizes, self._medians
         if not sizes:
             return None
         at = bisect_left(sizes, size)
         if at < len(sizes) and sizes[at] == size:
-            return self._medians[size]
+            return medians[size]
         if at == 0:
-            return self._medians[sizes[0]]
+            return medians[sizes[0]]
         if at == len(sizes):
-            return self._medians[sizes[-1]]
+            if len(sizes) == 1:
+                return medians[sizes[0]]
+            at -= 1  # beyond the largest: along the line through the two largest
         below, above = sizes[at - 1], sizes[at]
-        low, high = self._medians[below], self._medians[above]
-        return low + (high - low) * (size - below) / (above - below)
+        slope = (medians[above] - medians[below]) / (above - below)
+        if size > above:
+            slope = max(slope, 0.0)
+            return medians[above] + slope * (size - above)
+        return medians[below] + slope * (size - below)

@@ -25,7 +25,7 @@ def measured(
 
 
 def test_before_measuring_anything_it_drafts_the_most() -> None:
-    assert KChooser(5).choose(batch=1) == 5
+    assert KChooser(5).choose(batch=1, round_number=1) == 5
 
 
 def test_expected_tokens_follow_the_acceptance_per_position() -> None:
@@ -96,7 +96,7 @@ def test_a_greedy_batch_is_not_held_back_by_sampled_requests_served_beside_it() 
             chooser.observe_acceptance(5, accepted=0, kind=SAMPLED)
     assert chooser.best(batch=1, mix={GREEDY: 1}) == 5
     assert chooser.best(batch=1, mix={SAMPLED: 1}) == 0
-    assert chooser.choose(batch=1, kinds=[GREEDY, GREEDY]) == 5
+    assert chooser.choose(batch=1, kinds=[GREEDY, GREEDY], round_number=1) == 5
     assert chooser.best(batch=1) < 5  # pooled, as before kinds were told apart
 
 
@@ -125,25 +125,43 @@ def test_every_probe_round_is_timed_so_that_its_price_is_measured() -> None:
     assert [r for r in range(1, 10) if chooser.timed(r)] == [1, 5, 7, 9]
 
 
-def test_a_pinned_k_does_not_probe_or_time_more_rounds() -> None:
-    chooser = KChooser(5, AdaptiveConfig(probe_every=3, time_every=4))
-    chooser.pin(2)
-    assert [chooser.choose(batch=1, round_number=r) for r in range(1, 13)] == [2] * 12
-    assert [r for r in range(1, 13) if chooser.timed(r)] == [1, 5, 9]
+def test_a_pinned_k_does_not_probe_but_times_the_same_rounds() -> None:
+    # Pinned and chosen rounds pay alike for being timed (benchmarks compare them).
+    config = AdaptiveConfig(probe_every=3, time_every=4)
+    pinned, free = KChooser(5, config), KChooser(5, config)
+    pinned.pin(2)
+    assert [pinned.choose(batch=1, round_number=r) for r in range(1, 13)] == [2] * 12
+    timed = [r for r in range(1, 13) if pinned.timed(r)]
+    assert timed == [r for r in range(1, 13) if free.timed(r)] == [1, 4, 5, 7, 9, 10]
 
 
 def test_settled_at_k_0_it_leaves_only_for_a_clearly_better_k() -> None:
     # Leaving k = 0 makes the draft catch up on every token it missed, which
     # a round's price does not show: near-equal prices must not flip it.
+    chooser = measured(0.0, draft_s=0.001, verify_s={1: 0.005, 2: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.1)
+    assert chooser.choose(batch=1, round_number=1) == 0  # drafts never pass
+    for j in range(5):  # now they pass 30% of the time: k = 1 is 8% better
+        chooser.reached[j], chooser.accepted[j] = 100.0, 30.0
+    rate = {k: chooser.goodput(1, k) for k in range(6)}
+    assert max(rate, key=rate.__getitem__) == 1 and rate[0] * 1.05 < rate[1] < rate[0] * 1.1
+    assert chooser.choose(batch=1, round_number=2) == 0
+    chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.05)
+    assert chooser.choose(batch=1, round_number=3) == 1
+
+
+def test_not_settled_at_k_0_it_takes_the_best_k() -> None:
     chooser = measured(0.3, draft_s=0.001, verify_s={1: 0.005, 2: 0.005})
     chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.1)
-    rate = {k: chooser.goodput(1, k) for k in range(6)}
-    assert max(rate, key=rate.__getitem__) == 1 and rate[1] < rate[0] * 1.1
-    assert chooser.choose(batch=1) == 1  # not settled at 0: the best
-    chooser._settled = 0
-    assert chooser.choose(batch=1) == 0
-    chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.05)
-    assert chooser.choose(batch=1) == 1
+    assert chooser.choose(batch=1, round_number=1) == 1
+
+
+def test_a_k_0_pinned_and_then_unpinned_counts_as_settled_there() -> None:
+    chooser = measured(0.3, draft_s=0.001, verify_s={1: 0.005, 2: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=10**9, leave_zero=0.1)
+    chooser.pin(0)
+    chooser.pin(None)
+    assert chooser.choose(batch=1, round_number=1) == 0
 
 
 def test_a_probe_down_to_k_0_does_not_settle_it_there() -> None:
@@ -155,9 +173,9 @@ def test_a_probe_down_to_k_0_does_not_settle_it_there() -> None:
 def test_a_pinned_k_is_drafted_every_round_until_unpinned() -> None:
     chooser = measured(0.0, draft_s=0.001, verify_s={1: 0.005})
     chooser.pin(4)
-    assert [chooser.choose(batch=1) for _ in range(40)] == [4] * 40
+    assert [chooser.choose(batch=1, round_number=r) for r in range(1, 41)] == [4] * 40
     chooser.pin(None)
-    assert chooser.choose(batch=1) == 0
+    assert chooser.choose(batch=1, round_number=41) == 0
     with pytest.raises(ValueError, match=r"k must be in 0\.\.5"):
         chooser.pin(6)
 

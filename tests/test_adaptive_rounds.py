@@ -153,3 +153,22 @@ def test_an_engine_that_prefills_between_rounds_does_not_time_that_gap() -> None
     rounds.skip_gap = lambda: skipped.append(True) or skip()  # type: ignore[method-assign]
     llm.generate(["def f(x):"], SamplingParams(temperature=0, max_tokens=8), use_tqdm=False)
     assert skipped  # the prompt's prefill
+
+
+def test_every_probe_round_in_the_engine_is_timed() -> None:
+    # A probe that is not timed measures what a k gains but never what it costs.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=2, time_every=1000))
+    chooser.best = lambda batch, mix=None: 2  # type: ignore[method-assign]
+    llm.engine.rounds.chooser = chooser
+    timed_ks: list[int] = []
+    observe = chooser.observe_round
+    chooser.observe_round = lambda batch, k, draft_s, verify_s: (  # type: ignore[method-assign]
+        timed_ks.append(k) or observe(batch, k, draft_s, verify_s)
+    )
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    llm.generate(["def f(x):", "class A:"], params, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list) and rounds[1] > 0 and rounds[3] > 0  # both probes ran
+    assert timed_ks.count(1) == rounds[1] and timed_ks.count(3) == rounds[3]
+    assert timed_ks.count(2) == 1  # the first round; no other round at the choice

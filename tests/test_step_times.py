@@ -35,9 +35,36 @@ def test_a_size_between_measured_ones_is_priced_on_the_line_between_them() -> No
     assert times.get(192) == pytest.approx(0.012)
 
 
-def test_a_size_beyond_the_measured_ones_takes_the_nearest_price() -> None:
+def test_a_size_below_the_measured_ones_takes_the_smallest_ones_price() -> None:
     times = StepTimes(window=4)
-    times.add(4, 0.005)
     times.add(8, 0.006)
+    times.add(4, 0.005)  # (sizes come in any order)
     assert times.get(1) == pytest.approx(0.005)
-    assert times.get(64) == pytest.approx(0.006)
+
+
+def test_a_size_above_the_measured_ones_follows_the_line_through_the_two_largest() -> None:
+    # Settled at k = 0, a batch of 64 has measured verifies of 64 and 128
+    # tokens; a k never run must not be priced as the largest one measured.
+    times = StepTimes(window=4)
+    times.add(64, 0.010)
+    times.add(128, 0.012)
+    assert times.get(384) == pytest.approx(0.020)
+
+
+def test_a_price_above_the_measured_ones_never_falls() -> None:
+    times = StepTimes(window=4)
+    times.add(64, 0.012)
+    times.add(128, 0.010)  # (noise)
+    assert times.get(384) == pytest.approx(0.010)
+
+
+def test_a_new_time_moves_its_sizes_price() -> None:
+    times = StepTimes(window=1)
+    times.add(16, 0.004)
+    times.add(16, 0.005)
+    assert times.get(16) == pytest.approx(0.005) and times.count(16) == 1
+
+
+def test_the_window_is_checked() -> None:
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        StepTimes(window=0)
