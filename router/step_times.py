@@ -3,7 +3,9 @@ latest few measured.
 
 The estimate at a measured size is the median of its latest ``window``
 times, so once a size has three, one slow step (a first call that compiles
-a kernel) does not count. A size not measured yet is priced by
+a kernel) does not count; with fewer, it is the least of them, as a step is
+slowed (by compiling, by the host), never sped up, and a size measured only
+once or twice (a probe's) must not keep a compile's price. A size not measured yet is priced by
 straight-line interpolation between the nearest measured sizes on either
 side; below the measured range, as the smallest; above it, along the line
 through the two largest (never falling: a bigger step does not cost less),
@@ -40,7 +42,7 @@ class StepTimes:
             latest = self._times[size] = deque(maxlen=self.window)
             insort(self._sizes, size)
         latest.append(seconds)
-        self._medians[size] = statistics.median(latest)
+        self._medians[size] = statistics.median(latest) if len(latest) >= 3 else min(latest)
 
     def count(self, size: int) -> int:
         """How many times of ``size`` are kept."""

@@ -19,6 +19,13 @@ def test_a_measured_size_is_priced_at_the_median_of_its_latest_times() -> None:
     assert times.get(64) == pytest.approx(0.011)
 
 
+def test_a_size_timed_fewer_than_three_times_is_priced_at_its_least() -> None:
+    times = StepTimes(window=8)
+    times.add(48, 0.9)  # the first step at this size compiled a kernel
+    times.add(48, 0.006)
+    assert times.get(48) == pytest.approx(0.006)
+
+
 def test_sizes_are_priced_apart_not_by_power_of_two() -> None:
     # 320 and 512 tokens: a batch of 64 with 4 drafts each and with 7.
     times = StepTimes(window=4)
