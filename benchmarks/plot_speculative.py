@@ -64,8 +64,10 @@ def from_choices(rows: list[dict[str, Any]], batch: int) -> list[tuple[float, fl
     """Each adaptive pass at ``batch``: its tokens/s, and the tokens/s its rounds
     by k would give at the pinned rows' cost and gain a round. Every row
     decodes the same tokens N, so a pinned row of R rounds at r tokens/s
-    gains N / R a round and spends N / (r R) seconds on it. A pass well below
-    its prediction lost time elsewhere than in choosing k."""
+    gains N / R a round and spends N / (r R) seconds on it. Exact only at
+    concurrency 1: rounds are counted whatever their batch, and adaptive k
+    differs between a batch's full rounds and its tail (few sequences left),
+    which a pinned row's average round does not tell apart."""
     rows_at = {r["k"]: r for r in rows if r["batch"] == batch}
     pinned = {k: r for k, r in rows_at.items() if isinstance(k, int)}
     adaptive = rows_at["adaptive"]
