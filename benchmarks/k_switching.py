@@ -33,7 +33,7 @@ class Alternating(KChooser):
         super().__init__(k_max)
         self.ks = ks
 
-    def choose(self, batch: int, kinds: Iterable[str] = (), round_number: int = 1) -> int:
+    def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
         return self.ks[round_number % len(self.ks)]
 
 

@@ -30,8 +30,8 @@ What it has not measured it learns by probing: every ``probe_every`` rounds
 one fewer, by turns, so a draft that turns good is noticed and the cost of
 drafting less is known (a probe round is always timed, or it would price
 nothing; a probe up from k = 0 prices its verify only, as its draft's time
-is mostly the catch-up); positions never reached
-borrow the acceptance of the last one measured. Acceptance counts decay and
+is mostly the catch-up); positions never reached borrow the acceptance of
+the last one measured. Acceptance counts decay and
 step times are the median of the latest few, so both follow a changing
 workload, at the sizes still in use (a size no longer seen keeps its last
 price). The chooser keeps the rounds' schedule (which are timed, which
@@ -40,8 +40,8 @@ same rounds, so pinned and chosen rounds pay the same for being timed.
 
 Leaving k = 0 costs more than a round's price shows: the draft must first
 catch up on every token it missed while k was 0 (one forward over them, not
-replayed from a graph). So once settled at k = 0, another k is chosen
-only if it looks ``leave_zero`` better; otherwise near-equal prices at k = 0 and
+replayed from a graph). So once settled at k = 0, another k is chosen only
+if it looks ``leave_zero`` better; otherwise near-equal prices at k = 0 and
 k = 1 would flip between them and pay that catch-up each time.
 """
 

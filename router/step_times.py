@@ -5,14 +5,15 @@ The estimate at a measured size is the median of its latest ``window``
 times, so once a size has three, one slow step (a first call that compiles
 a kernel) does not count; with fewer, it is the least of them, as a step is
 slowed (by compiling, by the host), never sped up, and a size measured only
-once or twice (a probe's) must not keep a compile's price. A size not measured yet is priced by
-straight-line interpolation between the nearest measured sizes on either
-side; below the measured range, as the smallest; above it, along the line
-through the two largest (never falling: a bigger step does not cost less),
-so that a k never run is not priced as the largest one measured. Sizes are
-kept exactly, not in power-of-two buckets: a verify of 64 sequences with 4
-drafts each (320 tokens) and one with 7 (512) can differ by half, and
-sharing a bucket would give them one price, whichever k was run last.
+once or twice (a probe's) must not keep a compile's price. A size not
+measured yet is priced by straight-line interpolation between the nearest
+measured sizes on either side; below the measured range, as the smallest;
+above it, along the line through the two largest (never falling: a bigger
+step does not cost less), so that a k never run is not priced as the
+largest one measured. Sizes are kept exactly, not in power-of-two buckets:
+a verify of 64 sequences with 4 drafts each (320 tokens) and one with 7
+(512) can differ by half, and sharing a bucket would give them one price,
+whichever k was run last.
 """
 
 from __future__ import annotations
@@ -56,15 +57,10 @@ class StepTimes:
         at = bisect_left(sizes, size)
         if at < len(sizes) and sizes[at] == size:
             return medians[size]
-        if at == 0:
-            return medians[sizes[0]]
-        if at == len(sizes):
-            if len(sizes) == 1:
-                return medians[sizes[0]]
-            at -= 1  # beyond the largest: along the line through the two largest
-        below, above = sizes[at - 1], sizes[at]
+        if at == 0 or len(sizes) == 1:
+            return medians[sizes[0]]  # below them all, or only one measured
+        below, above = sizes[at - 1 : at + 1] if at < len(sizes) else sizes[-2:]
         slope = (medians[above] - medians[below]) / (above - below)
-        if size > above:
-            slope = max(slope, 0.0)
-            return medians[above] + slope * (size - above)
+        if size > above:  # beyond the largest
+            return medians[above] + max(slope, 0.0) * (size - above)
         return medians[below] + slope * (size - below)

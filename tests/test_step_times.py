@@ -8,6 +8,14 @@ import pytest
 from router.step_times import StepTimes
 
 
+def priced(*timed: tuple[int, float]) -> StepTimes:
+    """Step times holding each (size, seconds) given, in that order."""
+    times = StepTimes(window=4)
+    for size, seconds in timed:
+        times.add(size, seconds)
+    return times
+
+
 def test_nothing_measured_has_no_price() -> None:
     assert StepTimes(window=4).get(8) is None
 
@@ -20,48 +28,34 @@ def test_a_measured_size_is_priced_at_the_median_of_its_latest_times() -> None:
 
 
 def test_a_size_timed_fewer_than_three_times_is_priced_at_its_least() -> None:
-    times = StepTimes(window=8)
-    times.add(48, 0.9)  # the first step at this size compiled a kernel
-    times.add(48, 0.006)
+    times = priced((48, 0.9), (48, 0.006))  # the first step compiled a kernel
     assert times.get(48) == pytest.approx(0.006)
 
 
 def test_sizes_are_priced_apart_not_by_power_of_two() -> None:
     # 320 and 512 tokens: a batch of 64 with 4 drafts each and with 7.
-    times = StepTimes(window=4)
-    times.add(320, 0.012)
-    times.add(512, 0.018)
+    times = priced((320, 0.012), (512, 0.018))
     assert times.get(320) == pytest.approx(0.012)
     assert times.get(512) == pytest.approx(0.018)
 
 
 def test_a_size_between_measured_ones_is_priced_on_the_line_between_them() -> None:
-    times = StepTimes(window=4)
-    times.add(128, 0.010)
-    times.add(256, 0.014)
-    assert times.get(192) == pytest.approx(0.012)
+    assert priced((128, 0.010), (256, 0.014)).get(192) == pytest.approx(0.012)
 
 
 def test_a_size_below_the_measured_ones_takes_the_smallest_ones_price() -> None:
-    times = StepTimes(window=4)
-    times.add(8, 0.006)
-    times.add(4, 0.005)  # (sizes come in any order)
+    times = priced((8, 0.006), (4, 0.005))  # (sizes come in any order)
     assert times.get(1) == pytest.approx(0.005)
 
 
 def test_a_size_above_the_measured_ones_follows_the_line_through_the_two_largest() -> None:
     # Settled at k = 0, a batch of 64 has measured verifies of 64 and 128
     # tokens; a k never run must not be priced as the largest one measured.
-    times = StepTimes(window=4)
-    times.add(64, 0.010)
-    times.add(128, 0.012)
-    assert times.get(384) == pytest.approx(0.020)
+    assert priced((64, 0.010), (128, 0.012)).get(384) == pytest.approx(0.020)
 
 
 def test_a_price_above_the_measured_ones_never_falls() -> None:
-    times = StepTimes(window=4)
-    times.add(64, 0.012)
-    times.add(128, 0.010)  # (noise)
+    times = priced((64, 0.012), (128, 0.010))  # (noise)
     assert times.get(384) == pytest.approx(0.010)
 
 
