@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from benchmarks.prompts import prompts
-from benchmarks.speculative_gpu import engine_row
+from benchmarks.rows import engine_row
 from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 

@@ -9,6 +9,7 @@ from benchmarks.shapes import bundled_tokenizer
 
 PROMPT_LEN = 64
 MIN_TOKENS = 512  # new tokens a timed row decodes at least
+MIN_BATCHES = 2  # batches a timed row decodes at least
 
 
 def prompts(batch: int, seed: int, text: bool = False) -> list[dict[str, list[int]]]:
@@ -27,6 +28,7 @@ def timed_prompts(batch: int, max_tokens: int, text: bool = False) -> list[list[
     """The batches of ``batch`` prompts a row decodes one after another: enough
     for MIN_TOKENS new tokens, so that a row at concurrency 1 is not one
     prompt's luck (where its drafts happen to fall) and adaptive k's first
-    rounds, which learn, are not most of it."""
-    repeats = -(-MIN_TOKENS // (batch * max_tokens))
+    rounds, which learn, are not most of it; and at least MIN_BATCHES, so
+    that a row at high concurrency is not one batch's tail."""
+    repeats = max(-(-MIN_TOKENS // (batch * max_tokens)), MIN_BATCHES)
     return [prompts(batch, 1 + r, text) for r in range(repeats)]

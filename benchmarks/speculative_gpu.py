@@ -26,14 +26,13 @@ import argparse
 import gc
 import json
 import statistics
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.prompts import prompts, timed_prompts
+from benchmarks.prompts import prompts
+from benchmarks.rows import Fixed, decode, engine_row, median_run, warm_up
 from benchmarks.shapes import (
     SHAPES,
     bundled_tokenizer,
@@ -47,31 +46,6 @@ from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
 K_MAX = 8
-
-
-def timed(
-    llm: LLM, batch: int, max_tokens: int, text: bool = False
-) -> tuple[float, list[list[int]]]:
-    """Tokens/s of greedy decoding of the row's batches of prompts, and the tokens."""
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-    warm_up = SamplingParams(temperature=0, max_tokens=8)
-    llm.generate(prompts(batch, 0, text), warm_up, use_tqdm=False)
-    tokens = []
-    start = time.perf_counter()
-    for asked in timed_prompts(batch, max_tokens, text):
-        outs = llm.generate(asked, params, use_tqdm=False)
-        tokens += [list(o.outputs[0].token_ids) for o in outs]
-    return sum(map(len, tokens)) / (time.perf_counter() - start), tokens
-
-
-def step_counts(llm: LLM) -> dict[str, dict[str, float]]:
-    """How the in-process target's and draft's forwards have run so far."""
-    workers = {"target": llm.engine.workers.target, "draft": llm.engine.workers.drafts[0]}
-    return {name: asdict(w.runner.counts) for name, w in workers.items()}  # type: ignore[attr-defined]
-
-
-def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
-    return {w: {n: round(after[w][n] - v, 4) for n, v in before[w].items()} for w in before}
 
 
 def agreement(target: Any, draft: Any, ids: torch.Tensor) -> float:
@@ -110,7 +84,8 @@ def engine_rows(
     row is a second or so, and the best of nine pinned k is biased upward by
     a single row's noise), and adaptive's first pass apart (``adaptive-first``,
     while it still learns: its chooser sees only its own rounds, as a
-    server's would; pinned rows feed a chooser of their own)."""
+    server's would). Pinned rows run k as a fixed setting would, timing
+    nothing (``Fixed``); adaptive rows pay for the rounds they time."""
     assert llm.engine.rounds.chooser is not None, "the speculative LLM must choose k adaptively"
     # Compile and capture every shape before timing any: each k, and adaptive
     # rounds (whose k changes, and the draft's catch-up with it).
@@ -118,14 +93,13 @@ def engine_rows(
         llm.engine.rounds.chooser.pin(k)
         for batch in concurrency:
             length = max_tokens if k is None else 4
-            warm_up = SamplingParams(temperature=0, max_tokens=length)
-            llm.generate(prompts(batch, 2, text), warm_up, use_tqdm=False)
-    learner, pinned = KChooser(K_MAX), KChooser(K_MAX)
+            params = SamplingParams(temperature=0, max_tokens=length)
+            llm.generate(prompts(batch, 2, text), params, use_tqdm=False)
+    learner = KChooser(K_MAX)
     runs: dict[tuple[Any, int], list[dict[str, Any]]] = {}
     outputs: dict[tuple[Any, int], list[list[int]]] = {}
     for batch, name, k in schedule(concurrency, ks, repeats):
-        llm.engine.rounds.chooser = learner if k is None else pinned
-        llm.engine.rounds.chooser.pin(k)
+        llm.engine.rounds.chooser = learner if k is None else Fixed(K_MAX, k)
         row, tokens = engine_row(llm, batch, max_tokens, text)
         runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
         outputs.setdefault((name, batch), tokens)
@@ -152,28 +126,9 @@ def schedule(
     return order
 
 
-def engine_row(
-    llm: LLM, batch: int, max_tokens: int, text: bool
-) -> tuple[dict[str, Any], list[list[int]]]:
-    """One timed row: tokens/s, acceptance, rounds by k and the forwards' counts."""
-    before, steps = llm.engine.metrics.copy(), step_counts(llm)
-    rate, tokens = timed(llm, batch, max_tokens, text)
-    after = llm.engine.metrics.copy()
-    drafted = after.num_draft_tokens - before.num_draft_tokens
-    accepted = after.num_accepted_tokens - before.num_accepted_tokens
-    rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
-    row = {"tokens_per_s": rate, "acceptance": accepted / drafted if drafted else None,
-           "rounds_per_k": rounds, "steps": counts_since(steps, step_counts(llm))}  # fmt: skip
-    return row, tokens
-
-
-def median_run(found: list[dict[str, Any]]) -> dict[str, Any]:
-    """The first run's counts with the median tokens/s of all runs, each run's
-    tokens/s and rounds by k beside it (an adaptive run's choices vary)."""
-    rates = [r["tokens_per_s"] for r in found]
-    rounds = [r["rounds_per_k"] for r in found]
-    return {**found[0], "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates,
-            "runs_rounds_per_k": rounds}  # fmt: skip
+def rate(llm: LLM, batch: int, max_tokens: int, text: bool) -> float:
+    warm_up(llm, batch, text)
+    return decode(llm, batch, max_tokens, text)[0]
 
 
 def alone(
@@ -185,7 +140,7 @@ def alone(
 ) -> dict[int, float]:
     """Tokens/s of ``folder`` decoding alone at each concurrency (the median of ``repeats``)."""
     llm = LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
-    runs = [[timed(llm, b, max_tokens, text)[0] for b in concurrency] for _ in range(repeats)]
+    runs = [[rate(llm, b, max_tokens, text) for b in concurrency] for _ in range(repeats)]
     rates = {b: statistics.median(r[i] for r in runs) for i, b in enumerate(concurrency)}
     del llm
     free()

@@ -1,0 +1,98 @@
+"""One timed row of a GPU benchmark through ``LLM``: greedy batches of
+prompts at one concurrency, and what its rounds did."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import asdict
+from typing import Any
+
+from benchmarks.prompts import prompts, timed_prompts
+from benchmarks.round_costs import Entry, round_log
+from router.adaptive import KChooser
+from specserve import LLM, SamplingParams
+
+
+class Fixed(KChooser):
+    """k fixed, as ``adaptive_k: false`` with num_speculative_tokens = k runs:
+    no round is timed and nothing is measured (``KChooser.pin`` keeps timing
+    rounds, to choose again later)."""
+
+    def __init__(self, k_max: int, k: int):
+        super().__init__(k_max)
+        self.pin(k)
+
+    def timed(self, round_number: int) -> bool:
+        return False
+
+    def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
+        assert self.pinned is not None
+        return self.pinned
+
+    def observe_between(self, batch: int, seconds: float) -> None:
+        pass
+
+    def observe_acceptance(self, k: int, accepted: int, kind: str = "") -> None:
+        pass
+
+
+def warm_up(llm: LLM, batch: int, text: bool = False) -> None:
+    """A short batch before a timed row, untimed."""
+    params = SamplingParams(temperature=0, max_tokens=8)
+    llm.generate(prompts(batch, 0, text), params, use_tqdm=False)
+
+
+def decode(
+    llm: LLM, batch: int, max_tokens: int, text: bool = False
+) -> tuple[float, list[list[int]], list[Entry]]:
+    """Tokens/s of greedy decoding of the row's batches of prompts, the
+    tokens, and the rounds' log."""
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    tokens = []
+    with round_log(llm.engine.rounds) as log:
+        start = time.perf_counter()
+        for asked in timed_prompts(batch, max_tokens, text):
+            outs = llm.generate(asked, params, use_tqdm=False)
+            tokens += [list(o.outputs[0].token_ids) for o in outs]
+        rate = sum(map(len, tokens)) / (time.perf_counter() - start)
+    return rate, tokens, log
+
+
+def step_counts(llm: LLM) -> dict[str, dict[str, float]]:
+    """How the in-process target's and draft's forwards have run so far."""
+    workers = {"target": llm.engine.workers.target, "draft": llm.engine.workers.drafts[0]}
+    return {name: asdict(w.runner.counts) for name, w in workers.items()}  # type: ignore[attr-defined]
+
+
+def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
+    return {w: {n: round(after[w][n] - v, 4) for n, v in before[w].items()} for w in before}
+
+
+def engine_row(
+    llm: LLM, batch: int, max_tokens: int, text: bool
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """One timed row: tokens/s, acceptance, rounds by k, the rounds' log
+    (benchmarks/round_costs.py) and the forwards' counts."""
+    warm_up(llm, batch, text)
+    before, steps = llm.engine.metrics.copy(), step_counts(llm)
+    rate, tokens, log = decode(llm, batch, max_tokens, text)
+    after = llm.engine.metrics.copy()
+    drafted = after.num_draft_tokens - before.num_draft_tokens
+    accepted = after.num_accepted_tokens - before.num_accepted_tokens
+    rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
+    row = {"tokens_per_s": rate, "acceptance": accepted / drafted if drafted else None,
+           "rounds_per_k": rounds, "round_costs": log,
+           "steps": counts_since(steps, step_counts(llm))}  # fmt: skip
+    return row, tokens
+
+
+def median_run(found: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first run's counts with the median tokens/s of all runs, each run's
+    tokens/s, rounds by k and rounds' log beside it (an adaptive run's choices vary)."""
+    rates = [r["tokens_per_s"] for r in found]
+    first = {name: v for name, v in found[0].items() if name != "round_costs"}
+    return {**first, "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates,
+            "runs_rounds_per_k": [r["rounds_per_k"] for r in found],
+            "runs_round_costs": [r["round_costs"] for r in found]}  # fmt: skip

@@ -1,0 +1,62 @@
+"""The benchmarks' log of rounds (benchmarks/round_costs.py) and their fixed-k
+rows (benchmarks/rows.py), on the bundled pair in the engine."""
+
+from __future__ import annotations
+
+from benchmarks.round_costs import round_log, split
+from benchmarks.rows import Fixed
+from specserve import LLM, SamplingParams
+
+PROMPTS = ["def f(x):", "class A:", "import os"]
+
+
+def make_llm() -> LLM:
+    spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 3}
+    return LLM("specserve/demo-target", dtype="float32", max_model_len=256, speculative_config=spec)
+
+
+def test_the_log_holds_every_round_and_every_token_the_rounds_gained() -> None:
+    llm = make_llm()
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    with round_log(llm.engine.rounds) as log:
+        outs = llm.generate(PROMPTS, params, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list)
+    assert sum(n for *_, n, _, _ in log) == sum(rounds)
+    # Each prompt's prefill gives its first token; the rounds gave the rest.
+    gained = sum(len(o.outputs[0].token_ids) for o in outs) - len(PROMPTS)
+    assert sum(tokens for *_, tokens in log) == gained
+    assert {size for size, *_ in log} <= {1, 2, 3}
+
+
+def test_the_rounds_are_left_as_they_were_after_the_log() -> None:
+    llm = make_llm()
+    with round_log(llm.engine.rounds):
+        pass
+    assert "run" not in vars(llm.engine.rounds) and "skip_gap" not in vars(llm.engine.rounds)
+
+
+def test_a_fixed_k_drafts_every_round_ahead_but_the_first_after_a_prefill() -> None:
+    # As with adaptive_k off, no round is timed (a timed round drafts on the path).
+    llm = make_llm()
+    llm.engine.rounds.chooser = Fixed(3, 2)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    with round_log(llm.engine.rounds) as log:
+        llm.generate(PROMPTS, params, use_tqdm=False)
+    on_path = [entry for entry in log if not entry[2]]
+    assert {k for _, k, *_ in log} == {2}
+    assert sum(n for *_, n, _, _ in on_path) == 1  # one prefill, of all three prompts
+
+
+def test_split_parts_rounds_into_full_batch_ahead_on_path_and_tail() -> None:
+    # [batch, k, drafts sent ahead, rounds, seconds, tokens]
+    log = [
+        [4, 2, 1, 10, 1.0, 40],
+        [4, 2, 0, 3, 0.5, 12],
+        [2, 3, 1, 2, 0.1, 6],
+        [1, 3, 1, 1, 0.1, 2],
+    ]
+    parts = split(log, batch=4)
+    assert parts["ahead"] == {2: [10, 1.0, 40]}
+    assert parts["on path"] == {2: [3, 0.5, 12]}
+    assert parts["tail"] == {3: [3, 0.2, 8]}
