@@ -16,12 +16,13 @@ finds its drafts waiting. A sequence that finishes meanwhile (by a stop
 string) or is preempted or aborted had its drafts made for nothing; the
 drafter drops them (router/drafting.py). A sequence admitted meanwhile is
 drafted for in its first round, once what was sent ahead has come back.
-Every few rounds (``time_every``, and every probe: the chooser keeps that
-schedule, when adaptive; a seeded round that falls on a probe is timed
-too, though it keeps the configured k) the round is timed instead:
-its drafts are not sent ahead, and it reads an in-process draft's tokens back
-before verifying (otherwise they stay on the device into the verify), to
-time the draft's steps apart. With overlap the running sequences ride in
+When adaptive, every round whose drafts all came ahead, for sequences the
+draft lacked no more than a round leaves behind, is measured whole for the
+chooser: from the end of the round before to its own. Every few rounds (the
+chooser keeps that schedule) the round is timed instead: its drafts are not
+sent ahead, and it reads an in-process draft's tokens back before verifying
+(otherwise they stay on the device into the verify), to time the draft's
+steps apart. With overlap the running sequences ride in
 two micro-batches: a round verifies one while the draft pool proposes for
 the other, always with the configured k.
 """
@@ -82,6 +83,7 @@ class Rounds:
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
         self._rounds += 1
         timed = self._timed(self._rounds)
+        ahead = self._ahead is not None and all(s.seq_id in self._ahead.seq_ids for s in seqs)
         start = time.perf_counter()
         if self.chooser is not None and self._ended is not None:
             self.chooser.observe_between(self._ended[0], start - self._ended[1])
@@ -108,6 +110,8 @@ class Rounds:
             self._send_ahead(shares)  # (drafting's own time, not the engine's between rounds)
             ended = time.perf_counter()
             self._note_drafted(shares, drafts)
+        if self.chooser is not None and ahead and steady and self._ended is not None:
+            self.chooser.observe_whole(len(seqs), k, ended - self._ended[1])
         self._ended = (len(seqs), ended)
         return shares
 
