@@ -5,9 +5,9 @@ batch's tail (few sequences left, where the chooser picks other k), and
 rounds drafted on the path (timed ones, a call's first) apart from those
 whose drafts were waiting.
 
-A round's seconds are the engine's own work since the round before (none
-for the first after a prefill) and the round's own call; its tokens are
-what its sequences kept of what it gave them.
+A round's seconds run from the outputs of the round before (which then sent
+this round's drafts ahead) to its own, or from its start for the first
+after a prefill; its tokens are what its sequences kept of what it gave them.
 
     python benchmarks/round_costs.py benchmarks/results/speculative_gpu_h100.json
 """
@@ -35,8 +35,8 @@ def round_log(rounds: Rounds) -> Iterator[list[Entry]]:
     A round's tokens are counted once the engine has applied them (at the
     next round, or on the way out)."""
     totals: dict[tuple[int, int, int], list[float]] = {}
-    state: dict[str, Any] = {"ended": None, "last": None}  # last: (key, seqs, their tokens)
-    run, skip_gap = rounds.run, rounds.skip_gap
+    state: dict[str, Any] = {"came": None, "last": None}  # last: (key, seqs, their tokens)
+    run, skip_gap, record_round = rounds.run, rounds.skip_gap, rounds.metrics.record_round
 
     def settle() -> None:
         if state["last"] is not None:
@@ -46,28 +46,32 @@ def round_log(rounds: Rounds) -> Iterator[list[Entry]]:
 
     def logged_run(running: list[SequenceState]) -> list:
         settle()
-        start, ended = time.perf_counter(), state["ended"]
+        start, came = time.perf_counter(), state["came"]
         ahead, seqs = int(rounds.drafts_in_flight), list(running)
         before = sum(s.num_tokens for s in seqs)
         shares = run(running)
-        state["ended"] = now = time.perf_counter()
-        key = (len(seqs), rounds.metrics.chosen_k, ahead)
+        key = (len(seqs), state["k"], ahead)
         entry = totals.setdefault(key, [0, 0.0, 0])
         entry[0] += 1
-        entry[1] += now - (start if ended is None else ended)
+        entry[1] += state["came"] - (start if came is None else came)
         state["last"] = (key, seqs, before)
         return shares
 
+    def logged_record_round(k: int) -> None:  # when the round's outputs came
+        state["came"], state["k"] = time.perf_counter(), k
+        record_round(k)
+
     def logged_skip_gap() -> None:
-        state["ended"] = None
+        state["came"] = None
         skip_gap()
 
     rounds.run, rounds.skip_gap = logged_run, logged_skip_gap  # type: ignore[method-assign]
+    rounds.metrics.record_round = logged_record_round  # type: ignore[method-assign]
     log: list[Entry] = []
     try:
         yield log
     finally:
-        del rounds.run, rounds.skip_gap
+        del rounds.run, rounds.skip_gap, rounds.metrics.record_round
         settle()
         log += [[*key, n, round(s, 6), t] for key, (n, s, t) in sorted(totals.items())]
 

@@ -1,42 +1,48 @@
 """Choosing how many tokens to draft each round, so that speculation is used
 only where it raises goodput.
 
-A round of k drafts over B sequences costs k draft steps, one target step
-over B(k + 1) tokens, and the engine's own work between rounds (applying
-the results, scheduling, building the next round's calls: the same for
-every k), and gains each sequence E(k) = 1 + sum over i <= k of a_1 ... a_i
-tokens, where a_j is the chance that draft j is accepted when the drafts
-before it were. Decoding alone (k = 0) costs one target step over B tokens
-and the engine's work per token. The chooser measures all of these as rounds
-run (wall time of the draft and verify calls every few rounds, by batch size
-and by tokens in the step; the time from one round's end to the next one's
-start, by batch size; acceptance per position, every round; step sizes not
-measured are interpolated, router/step_times.py) and picks the k in 0..k_max
-with the most tokens per second. Leaving the engine's own work
-out would undervalue long rounds, which pay it less often per token. Rounds
-that draft ahead (router/rounds.py) hide part of the draft's time behind
-the engine's own work; the chooser does not count on it, as its timings
-cannot tell how much (none, for a draft in process on the CPU), so it may
-draft a little less than would pay where the draft works apart.
+A round of k drafts over B sequences gains each sequence E(k) = 1 + sum over
+i <= k of a_1 ... a_i tokens, where a_j is the chance that draft j is
+accepted when the drafts before it were, and costs the time from the last
+round's end to its own. The chooser picks the k in 0..k_max with the most
+tokens per second, from the acceptance per position (counted every round)
+and the price of a round of k at B.
+
+Where rounds of k at B have run with their drafts sent ahead (router/rounds.py),
+their price is measured: the time from the end of the round before to
+theirs, of every such round. That time holds the draft's k steps, the verify
+over B(k + 1) tokens and the engine's own work between rounds (applying the
+results, scheduling, building the next round's calls), less what of the
+draft's steps ran while the engine worked: on a GPU the drafts sent ahead
+run while the host does its bookkeeping, by how much no part's own time
+tells. Only whole rounds show it, and they are read at no cost (no read-back
+to wait for).
+
+Where none has run, the price is built from its parts, timed every
+``time_every`` rounds (and on the first few): a timed round reads its drafts
+back before verifying them, so the draft's steps and the verify are timed
+apart (by batch size and by tokens in the step), and the engine's own work
+is timed every round (by batch size); step sizes not measured are
+interpolated (router/step_times.py). That sum counts the draft's steps in
+full, so it prices a k not yet run at least as dear as one that has: the
+chooser then moves to it only once it has been seen to pay. What it has not
+run it learns by probing: every ``probe_every`` rounds (from round
+probe_every + 1) it drafts one token more than its choice, or one fewer, by
+turns, so a draft that turns good is noticed and the price of each
+neighbouring k is measured; positions never reached borrow the acceptance of
+the last one measured. Acceptance counts decay and prices are the median of
+the latest few, so both follow a changing workload, at the sizes still in
+use (a size no longer seen keeps its last price). Rounds whose draft caught
+up on more than a round leaves behind (after k = 0, a new sequence) or whose
+drafts were not all sent ahead (a timed round, a late admission) are not
+measured as whole rounds: their price is not that of the k. A pinned k
+times the same rounds as a chosen one.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
 by a grammar: their drafts pass at different rates) as well as pooled; a
 round's E(k) is the mean over its sequences of their kind's, so a batch of
 greedy requests is not held back by sampled ones served earlier or beside
 it. A kind not seen yet borrows the pooled counts.
-
-What it has not measured it learns by probing: every ``probe_every`` rounds
-(from round probe_every + 1) it drafts one token more than its choice, or
-one fewer, by turns, so a draft that turns good is noticed and the cost of
-drafting less is known (a probe round is always timed, or it would price
-nothing; a probe up from k = 0 prices its verify only, as its draft's time
-is mostly the catch-up); positions never reached borrow the acceptance of
-the last one measured. Acceptance counts decay and
-step times are the median of the latest few, so both follow a changing
-workload, at the sizes still in use (a size no longer seen keeps its last
-price). The chooser keeps the rounds' schedule (which are timed, which
-probe) by round number, so the two cannot drift apart; a pinned k times the
-same rounds, so pinned and chosen rounds pay the same for being timed.
 
 Leaving k = 0 costs more than a round's price shows: the draft must first
 catch up on every token it missed while k was 0 (one forward over them, not
@@ -69,11 +75,13 @@ def acceptance_kind(options: SamplingOptions) -> str:
 class AdaptiveConfig:
     probe_every: int = 16  # rounds between probes of one token more or fewer
     decay: float = 0.95  # weight the acceptance counts keep per new observation
-    window: int = 8  # step times kept per size; their median is the estimate
-    # Rounds between timed ones: a timed round reads its drafts back before
-    # verifying them, so the draft's steps and the verify are priced apart
-    # (others leave the drafts on the device and let the verify queue behind).
-    time_every: int = 4
+    window: int = 8  # times kept per size; their median is the estimate
+    # Rounds between timed ones (after the first ``time_first``): a timed round
+    # reads its drafts back before verifying them, so the draft's steps and
+    # the verify are priced apart; it drafts on the round's path, not ahead,
+    # so it costs more than others, and its whole round is not measured.
+    time_every: int = 16
+    time_first: int = 3
     # How much more goodput another k must promise to leave k = 0 (the draft's
     # catch-up over the tokens it missed is not in a round's price).
     leave_zero: float = 0.05
@@ -87,6 +95,8 @@ class AdaptiveConfig:
             raise ValueError(f"window must be >= 1, got {self.window}")
         if self.time_every < 1:
             raise ValueError(f"time_every must be >= 1, got {self.time_every}")
+        if self.time_first < 1:
+            raise ValueError(f"time_first must be >= 1, got {self.time_first}")
         if self.leave_zero < 0:
             raise ValueError(f"leave_zero must be >= 0, got {self.leave_zero}")
 
@@ -133,6 +143,7 @@ class KChooser:
         self.draft_step_s = StepTimes(config.window)  # by batch size
         self.target_step_s = StepTimes(config.window)  # by tokens in the step
         self.between_s = StepTimes(config.window)  # engine's own work a round, by batch
+        self.round_s: dict[int, StepTimes] = {}  # by batch: whole rounds drafted ahead, by k
         self.pooled = Acceptance.empty(k_max)  # every kind of sequence together
         self.by_kind: dict[str, Acceptance] = {}
         self.pinned: int | None = None
@@ -157,10 +168,10 @@ class KChooser:
         return self.pooled.accepted
 
     def timed(self, round_number: int) -> bool:
-        """Whether round ``round_number`` (from 1) is timed: rounds 1, time_every + 1,
-        2 time_every + 1, ..., and every probe round."""
-        first_of_few = (round_number - 1) % self.config.time_every == 0
-        return first_of_few or self._probe_turn(round_number) > 0
+        """Whether round ``round_number`` (from 1) is timed: the first ``time_first``
+        rounds, and rounds time_every + 1, 2 time_every + 1, ..."""
+        config = self.config
+        return round_number <= config.time_first or (round_number - 1) % config.time_every == 0
 
     def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
         """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``
@@ -170,15 +181,10 @@ class KChooser:
         self._settled = self.best(batch, Counter(kinds))
         return min(max(self._settled + self._probe(round_number), 0), self.k_max)
 
-    def _probe_turn(self, round_number: int) -> int:
-        """Which probe round ``round_number`` is (1, 2, ...; 0: none)."""
-        turn, rest = divmod(round_number - 1, self.config.probe_every)
-        return 0 if rest else turn
-
     def _probe(self, round_number: int) -> int:
         """+1 or -1 on a probe round (by turns), else 0."""
-        turn = self._probe_turn(round_number)
-        return 0 if not turn else 1 if turn % 2 else -1
+        turn, rest = divmod(round_number - 1, self.config.probe_every)
+        return 0 if rest or not turn else 1 if turn % 2 else -1
 
     def best(self, batch: int, mix: Mapping[str, int] | None = None) -> int:
         """The k with the most expected tokens per second (k_max while unmeasured);
@@ -194,10 +200,17 @@ class KChooser:
 
     def goodput(self, batch: int, k: int, mix: Mapping[str, int] | None = None) -> float:
         """Expected tokens per second per sequence for a round of ``k`` drafts."""
+        return self.expected_tokens(k, mix) / max(self.price(batch, k), 1e-9)
+
+    def price(self, batch: int, k: int) -> float:
+        """Seconds a round of ``k`` drafts over ``batch`` sequences takes: as
+        measured whole, where such rounds have run; else the sum of its parts."""
+        whole = self.round_s.get(batch)
+        if whole is not None and whole.count(k):
+            return whole.get(k) or 0.0
         verify = self.target_step_s.get(batch * (k + 1)) or 0.0
         draft = (self.draft_step_s.get(batch) or 0.0) * k
-        between = self.between_s.get(batch) or 0.0
-        return self.expected_tokens(k, mix) / max(verify + draft + between, 1e-9)
+        return verify + draft + (self.between_s.get(batch) or 0.0)
 
     def expected_tokens(self, k: int, mix: Mapping[str, int] | None = None) -> float:
         """E(k) from the measured acceptance: the mean over ``mix``'s sequences
@@ -219,6 +232,14 @@ class KChooser:
         if k and draft_s is not None:
             self.draft_step_s.add(batch, draft_s / k)
         self.target_step_s.add(batch * (k + 1), verify_s)
+
+    def observe_whole(self, batch: int, k: int, seconds: float) -> None:
+        """A round of ``k`` drafts over ``batch`` sequences, drafted ahead, took
+        ``seconds`` from the end of the round before to its own."""
+        whole = self.round_s.get(batch)
+        if whole is None:
+            whole = self.round_s[batch] = StepTimes(self.config.window)
+        whole.add(k, seconds)
 
     def observe_between(self, batch: int, seconds: float) -> None:
         """The engine's own work from the end of a round of ``batch`` sequences

@@ -16,12 +16,13 @@ finds its drafts waiting. A sequence that finishes meanwhile (by a stop
 string) or is preempted or aborted had its drafts made for nothing; the
 drafter drops them (router/drafting.py). A sequence admitted meanwhile is
 drafted for in its first round, once what was sent ahead has come back.
-Every few rounds (``time_every``, and every probe: the chooser keeps that
-schedule, when adaptive; a seeded round that falls on a probe is timed
-too, though it keeps the configured k) the round is timed instead:
-its drafts are not sent ahead, and it reads an in-process draft's tokens back
-before verifying (otherwise they stay on the device into the verify), to
-time the draft's steps apart. With overlap the running sequences ride in
+When adaptive, every round whose drafts all came ahead, for sequences the
+draft lacked no more than a round leaves behind, is measured whole for the
+chooser: from the end of the round before to its own. Every few rounds (the
+chooser keeps that schedule) the round is timed instead: its drafts are not
+sent ahead, and it reads an in-process draft's tokens back before verifying
+(otherwise they stay on the device into the verify), to time the draft's
+steps apart. With overlap the running sequences ride in
 two micro-batches: a round verifies one while the draft pool proposes for
 the other, always with the configured k.
 """
@@ -51,6 +52,15 @@ class _Ahead:
     seq_ids: set[int]  # the sequences it drafts for
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """When the last round's outputs came and when it had sent the next drafts."""
+
+    batch: int
+    outputs_came: float
+    drafts_sent: float
+
+
 class Rounds:
     def __init__(
         self,
@@ -68,7 +78,7 @@ class Rounds:
         self.k = drafter.k
         self._turn = 0  # the micro-batch to verify next, with overlap
         self._rounds = 0
-        self._ended: tuple[int, float] | None = None  # the last round's batch size and end
+        self._ended: _Ended | None = None
         self._ahead: _Ahead | None = None
 
     def run(self, running: list[SequenceState]) -> list[Verified]:
@@ -82,9 +92,10 @@ class Rounds:
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
         self._rounds += 1
         timed = self._timed(self._rounds)
+        ahead = self._ahead is not None and all(s.seq_id in self._ahead.seq_ids for s in seqs)
         start = time.perf_counter()
         if self.chooser is not None and self._ended is not None:
-            self.chooser.observe_between(self._ended[0], start - self._ended[1])
+            self.chooser.observe_between(self._ended.batch, start - self._ended.drafts_sent)
         k, drafts, plan = self._start_drafts(seqs)
         try:
             prepared = self.verifier.prepare(seqs, note_next=bool(self.k))  # while they draft
@@ -100,15 +111,19 @@ class Rounds:
         shares = self.verifier.send(prepared, drafts)
         k = k if drafts else 0
         self.metrics.record_round(k)
-        ended = time.perf_counter()
+        came = time.perf_counter()
         if self.chooser is not None and timed:
             draft_s = drafted - start if steady else None
-            self.chooser.observe_round(len(seqs), k, draft_s, ended - drafted)
+            self.chooser.observe_round(len(seqs), k, draft_s, came - drafted)
+        if self.chooser is not None and ahead and steady and self._ended is not None:
+            # Whole: from the outputs of the round before, which sent this one's drafts.
+            self.chooser.observe_whole(len(seqs), k, came - self._ended.outputs_came)
+        sent = came
         if self.k:  # (a draft pool to send to)
             self._send_ahead(shares)  # (drafting's own time, not the engine's between rounds)
-            ended = time.perf_counter()
+            sent = time.perf_counter()
             self._note_drafted(shares, drafts)
-        self._ended = (len(seqs), ended)
+        self._ended = _Ended(len(seqs), came, sent)
         return shares
 
     def skip_gap(self) -> None:

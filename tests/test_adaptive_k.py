@@ -115,24 +115,38 @@ def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
     assert picks == [best] * 4 + [best + 1] + [best] * 3 + [best - 1]
 
 
-def test_every_probe_round_is_timed_so_that_its_price_is_measured() -> None:
-    chooser = measured(0.6, draft_s=0.0008, verify_s={1: 0.005, 4: 0.005})
-    chooser.config = AdaptiveConfig(probe_every=6, time_every=4)
-    best = chooser.best(batch=1)
-    probes = [r for r in range(1, 50) if chooser.choose(batch=1, round_number=r) != best]
-    assert probes == [7, 13, 19, 25, 31, 37, 43, 49]
-    assert all(chooser.timed(r) for r in probes)
-    assert [r for r in range(1, 10) if chooser.timed(r)] == [1, 5, 7, 9]
+def test_the_first_few_rounds_are_timed_and_then_one_in_every_few() -> None:
+    chooser = KChooser(5, AdaptiveConfig(probe_every=6, time_every=8, time_first=3))
+    assert [r for r in range(1, 30) if chooser.timed(r)] == [1, 2, 3, 9, 17, 25]
 
 
 def test_a_pinned_k_does_not_probe_but_times_the_same_rounds() -> None:
-    # Pinned and chosen rounds pay alike for being timed (benchmarks compare them).
-    config = AdaptiveConfig(probe_every=3, time_every=4)
+    # Pinned and chosen rounds pay alike for being timed.
+    config = AdaptiveConfig(probe_every=3, time_every=4, time_first=2)
     pinned, free = KChooser(5, config), KChooser(5, config)
     pinned.pin(2)
     assert [pinned.choose(batch=1, round_number=r) for r in range(1, 13)] == [2] * 12
     timed = [r for r in range(1, 13) if pinned.timed(r)]
-    assert timed == [r for r in range(1, 13) if free.timed(r)] == [1, 4, 5, 7, 9, 10]
+    assert timed == [r for r in range(1, 13) if free.timed(r)] == [1, 2, 5, 9]
+
+
+def test_a_k_whose_rounds_were_measured_whole_is_priced_as_measured() -> None:
+    # Drafts sent ahead run while the engine works: a whole round can cost
+    # less than its parts, and only whole rounds show by how much.
+    chooser = measured(0.6, draft_s=0.002, verify_s={1: 0.005, 6: 0.006})
+    by_parts = chooser.best(batch=1)
+    cheaper = by_parts + 2
+    assert chooser.price(1, cheaper) > 0.005 + 2 * cheaper * 0.001
+    chooser.observe_whole(batch=1, k=cheaper, seconds=0.005 + cheaper * 0.0005)
+    assert chooser.price(1, cheaper) == pytest.approx(0.005 + cheaper * 0.0005)
+    assert chooser.best(batch=1) == cheaper
+
+
+def test_a_k_measured_whole_at_another_batch_size_is_priced_by_its_parts() -> None:
+    chooser = measured(0.6, draft_s=0.002, verify_s={1: 0.005, 6: 0.006})
+    by_parts = chooser.price(1, 3)
+    chooser.observe_whole(batch=4, k=3, seconds=0.001)
+    assert chooser.price(1, 3) == by_parts
 
 
 def test_settled_at_k_0_it_leaves_only_for_a_clearly_better_k() -> None:
@@ -198,6 +212,8 @@ def test_a_round_that_also_caught_the_draft_up_does_not_price_its_steps() -> Non
 def test_the_config_is_checked() -> None:
     with pytest.raises(ValueError, match="probe_every must be >= 1"):
         AdaptiveConfig(probe_every=0)
+    with pytest.raises(ValueError, match="time_first must be >= 1"):
+        AdaptiveConfig(time_first=0)
     with pytest.raises(ValueError, match="decay must be in"):
         AdaptiveConfig(decay=1.0)
     with pytest.raises(ValueError, match="window must be >= 1"):

@@ -155,20 +155,55 @@ def test_an_engine_that_prefills_between_rounds_does_not_time_that_gap() -> None
     assert skipped  # the prompt's prefill
 
 
-def test_every_probe_round_in_the_engine_is_timed() -> None:
-    # A probe that is not timed measures what a k gains but never what it costs.
+def whole_rounds(chooser: KChooser) -> list[int]:
+    """The k of every round the engine measures whole for ``chooser``, from now on."""
+    ks: list[int] = []
+    observe = chooser.observe_whole
+    chooser.observe_whole = lambda batch, k, seconds: (  # type: ignore[method-assign]
+        ks.append(k) or observe(batch, k, seconds)
+    )
+    return ks
+
+
+def test_every_round_drafted_ahead_is_measured_whole_probes_included() -> None:
+    # A probe measures what its k gains, and what a whole round of it costs.
     llm = make_llm(adaptive_k=True)
-    chooser = KChooser(3, AdaptiveConfig(probe_every=2, time_every=1000))
+    chooser = KChooser(3, AdaptiveConfig(probe_every=2, time_every=1000, time_first=1))
     chooser.best = lambda batch, mix=None: 2  # type: ignore[method-assign]
     llm.engine.rounds.chooser = chooser
-    timed_ks: list[int] = []
-    observe = chooser.observe_round
-    chooser.observe_round = lambda batch, k, draft_s, verify_s: (  # type: ignore[method-assign]
-        timed_ks.append(k) or observe(batch, k, draft_s, verify_s)
-    )
+    whole = whole_rounds(chooser)
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
     llm.generate(["def f(x):", "class A:"], params, use_tqdm=False)
     rounds = llm.speculation_stats()["rounds_per_k"]
     assert isinstance(rounds, list) and rounds[1] > 0 and rounds[3] > 0  # both probes ran
-    assert timed_ks.count(1) == rounds[1] and timed_ks.count(3) == rounds[3]
-    assert timed_ks.count(2) == 1  # the first round; no other round at the choice
+    assert whole.count(1) == rounds[1] and whole.count(3) == rounds[3]
+    assert whole.count(2) == rounds[2] - 1  # the first round is timed: drafted on its path
+
+
+def test_a_round_whose_draft_caught_up_is_not_measured_whole() -> None:
+    # Up from k = 0 the draft first catches up on the tokens it missed.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=2, time_every=1000, time_first=1))
+    chooser.best = lambda batch, mix=None: 0  # type: ignore[method-assign]
+    llm.engine.rounds.chooser = chooser
+    whole = whole_rounds(chooser)
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list) and rounds[1] > 0  # probes up from 0 ran
+    assert whole.count(1) == 0 and whole.count(0) == rounds[0] - 1
+
+
+def test_a_timed_round_is_not_measured_whole() -> None:
+    # It drafts on its own path (nothing sent ahead), so it costs more than its k does.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=10**9, time_every=3, time_first=1))
+    chooser.best = lambda batch, mix=None: 2  # type: ignore[method-assign]
+    llm.engine.rounds.chooser = chooser
+    whole = whole_rounds(chooser)
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list) and rounds[2] == sum(rounds) > 4
+    timed = [r for r in range(1, rounds[2] + 1) if chooser.timed(r)]
+    assert whole == [2] * (rounds[2] - len(timed))

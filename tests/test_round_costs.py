@@ -34,6 +34,7 @@ def test_the_rounds_are_left_as_they_were_after_the_log() -> None:
     with round_log(llm.engine.rounds):
         pass
     assert "run" not in vars(llm.engine.rounds) and "skip_gap" not in vars(llm.engine.rounds)
+    assert "record_round" not in vars(llm.engine.metrics)
 
 
 def test_a_fixed_k_drafts_every_round_ahead_but_the_first_after_a_prefill() -> None:
