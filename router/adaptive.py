@@ -8,35 +8,36 @@ round's end to its own. The chooser picks the k in 0..k_max with the most
 tokens per second, from the acceptance per position (counted every round)
 and the price of a round of k at B.
 
-Where rounds of k at B have run with their drafts sent ahead (router/rounds.py),
-their price is measured: the time from the end of the round before to
-theirs, of every such round. That time holds the draft's k steps, the verify
-over B(k + 1) tokens and the engine's own work between rounds (applying the
-results, scheduling, building the next round's calls), less what of the
-draft's steps ran while the engine worked: on a GPU the drafts sent ahead
-run while the host does its bookkeeping, by how much no part's own time
-tells. Only whole rounds show it, and they are read at no cost (no read-back
-to wait for).
+Where rounds of k at B have run with their drafts sent ahead
+(router/rounds.py), their price is measured: the time from the outputs of
+the round before (which then sent their drafts) to theirs, of every such
+round. That time holds the draft's k steps, the verify over B(k + 1) tokens
+and the engine's own work between rounds (applying the results, scheduling,
+building the next round's calls), less what of the draft's steps ran while
+the engine worked: on a GPU the drafts sent ahead run while the host does
+its bookkeeping, by how much no part's own time tells. Only whole rounds
+show it, and they are read at no cost (no read-back to wait for).
 
 Where none has run, the price is built from its parts, timed every
-``time_every`` rounds (and on the first few): a timed round reads its drafts
-back before verifying them, so the draft's steps and the verify are timed
-apart (by batch size and by tokens in the step), and the engine's own work
-is timed every round (by batch size); step sizes not measured are
+``time_every`` rounds (and on the first few): a timed round reads its
+drafts back before verifying them, so the draft's steps and the verify are
+timed apart (by batch size and by tokens in the step), and the engine's own
+work is timed every round (by batch size); step sizes not measured are
 interpolated (router/step_times.py). That sum counts the draft's steps in
-full, so it prices a k not yet run at least as dear as one that has: the
-chooser then moves to it only once it has been seen to pay. What it has not
-run it learns by probing: every ``probe_every`` rounds (from round
-probe_every + 1) it drafts one token more than its choice, or one fewer, by
-turns, so a draft that turns good is noticed and the price of each
-neighbouring k is measured; positions never reached borrow the acceptance of
-the last one measured. Acceptance counts decay and prices are the median of
-the latest few, so both follow a changing workload, at the sizes still in
-use (a size no longer seen keeps its last price). Rounds whose draft caught
-up on more than a round leaves behind (after k = 0, a new sequence) or whose
-drafts were not all sent ahead (a timed round, a late admission) are not
-measured as whole rounds: their price is not that of the k. A pinned k
-times the same rounds as a chosen one.
+full, so it is scaled by what the nearest k measured whole at the batch
+size cost against its own sum: the parts give the shape of the price over
+k, whole rounds its level. What it has not run it learns by probing: every
+``probe_every`` rounds (from round probe_every + 1) it drafts one token
+more than its choice, or one fewer, by turns, so a draft that turns good is
+noticed and the price of each neighbouring k is measured; positions never
+reached borrow the acceptance of the last one measured. Acceptance counts
+decay and prices are the median of the latest few, so both follow a
+changing workload, at the sizes still in use (a size no longer seen keeps
+its last price). Rounds whose draft caught up on more than a round leaves
+behind (after k = 0, a new sequence) or whose drafts were not all sent
+ahead (a timed round, a late admission) are not measured as whole rounds:
+their price is not that of the k. A pinned k times the same rounds as a
+chosen one.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
 by a grammar: their drafts pass at different rates) as well as pooled; a
@@ -204,10 +205,21 @@ class KChooser:
 
     def price(self, batch: int, k: int) -> float:
         """Seconds a round of ``k`` drafts over ``batch`` sequences takes: as
-        measured whole, where such rounds have run; else the sum of its parts."""
+        measured whole, where such rounds have run; else the sum of its parts,
+        scaled as the nearest k measured whole at ``batch`` was to its own."""
         whole = self.round_s.get(batch)
-        if whole is not None and whole.count(k):
+        near = whole.nearest(k) if whole is not None else None
+        if whole is None or near is None:
+            return self._parts(batch, k)
+        if near == k:
             return whole.get(k) or 0.0
+        return (
+            self._parts(batch, k) * (whole.get(near) or 0.0) / max(self._parts(batch, near), 1e-9)
+        )
+
+    def _parts(self, batch: int, k: int) -> float:
+        """A round's price from its parts: k draft steps, the verify over
+        batch * (k + 1) tokens and the engine's own work between rounds."""
         verify = self.target_step_s.get(batch * (k + 1)) or 0.0
         draft = (self.draft_step_s.get(batch) or 0.0) * k
         return verify + draft + (self.between_s.get(batch) or 0.0)

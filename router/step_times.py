@@ -49,6 +49,12 @@ class StepTimes:
         """How many times of ``size`` are kept."""
         return len(self._times.get(size, ()))
 
+    def nearest(self, size: int) -> int | None:
+        """The measured size nearest ``size`` (the smaller on a tie; None: none measured)."""
+        at = bisect_left(self._sizes, size)
+        near = self._sizes[max(at - 1, 0) : at + 1]
+        return min(near, key=lambda s: abs(s - size)) if near else None
+
     def get(self, size: int) -> float | None:
         """The estimate for a step of ``size`` (None: nothing measured yet)."""
         sizes, medians = self._sizes, self._medians

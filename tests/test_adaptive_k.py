@@ -136,10 +136,21 @@ def test_a_k_whose_rounds_were_measured_whole_is_priced_as_measured() -> None:
     chooser = measured(0.6, draft_s=0.002, verify_s={1: 0.005, 6: 0.006})
     by_parts = chooser.best(batch=1)
     cheaper = by_parts + 2
-    assert chooser.price(1, cheaper) > 0.005 + 2 * cheaper * 0.001
-    chooser.observe_whole(batch=1, k=cheaper, seconds=0.005 + cheaper * 0.0005)
-    assert chooser.price(1, cheaper) == pytest.approx(0.005 + cheaper * 0.0005)
+    for k in (by_parts, cheaper):  # here the draft's steps are all but hidden
+        chooser.observe_whole(batch=1, k=k, seconds=0.005 + k * 0.0002)
+    assert chooser.price(1, cheaper) == pytest.approx(0.005 + cheaper * 0.0002)
     assert chooser.best(batch=1) == cheaper
+
+
+def test_a_k_not_measured_whole_is_priced_by_its_parts_scaled_as_the_nearest_was() -> None:
+    chooser = measured(0.6, draft_s=0.002, verify_s={1: 0.005, 6: 0.006})
+    parts = {k: chooser.price(1, k) for k in range(6)}
+    chooser.observe_whole(batch=1, k=4, seconds=0.5 * parts[4])
+    chooser.observe_whole(batch=1, k=1, seconds=0.8 * parts[1])
+    assert chooser.price(1, 5) == pytest.approx(0.5 * parts[5])
+    assert chooser.price(1, 3) == pytest.approx(0.5 * parts[3])
+    assert chooser.price(1, 2) == pytest.approx(0.8 * parts[2])  # a tie: the smaller k
+    assert chooser.price(1, 0) == pytest.approx(0.8 * parts[0])
 
 
 def test_a_k_measured_whole_at_another_batch_size_is_priced_by_its_parts() -> None:

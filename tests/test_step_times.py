@@ -69,3 +69,9 @@ def test_a_new_time_moves_its_sizes_price() -> None:
 def test_the_window_is_checked() -> None:
     with pytest.raises(ValueError, match="window must be >= 1"):
         StepTimes(window=0)
+
+
+def test_the_nearest_measured_size_is_found_on_either_side() -> None:
+    times = priced((2, 0.01), (5, 0.02))
+    assert [times.nearest(size) for size in (0, 2, 3, 4, 5, 9)] == [2, 2, 2, 5, 5, 5]
+    assert StepTimes(window=4).nearest(3) is None
