@@ -36,7 +36,9 @@ changing workload, at the sizes still in use (a size no longer seen keeps
 its last price). Rounds whose draft caught up on more than a round leaves
 behind (after k = 0, a new sequence) or whose drafts were not all sent
 ahead (a timed round, a late admission) are not measured as whole rounds:
-their price is not that of the k. A pinned k times the same rounds as a
+their price is not that of the k. So a probe up from k = 0 is timed
+instead: else a k above 0 would keep the price its parts had when the
+chooser settled there. A pinned k times the same rounds as a
 chosen one.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
@@ -170,9 +172,13 @@ class KChooser:
 
     def timed(self, round_number: int) -> bool:
         """Whether round ``round_number`` (from 1) is timed: the first ``time_first``
-        rounds, and rounds time_every + 1, 2 time_every + 1, ..."""
+        rounds, rounds time_every + 1, 2 time_every + 1, ..., and, once settled
+        at k = 0, a probe up (its draft catches up first, so it is not
+        measured whole, and its verify would never be priced otherwise)."""
         config = self.config
-        return round_number <= config.time_first or (round_number - 1) % config.time_every == 0
+        if round_number <= config.time_first or (round_number - 1) % config.time_every == 0:
+            return True
+        return self._settled == 0 and self._probe(round_number) > 0
 
     def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
         """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``

@@ -8,12 +8,14 @@ slowed (by compiling, by the host), never sped up, and a size measured only
 once or twice (a probe's) must not keep a compile's price. A size not
 measured yet is priced by straight-line interpolation between the nearest
 measured sizes on either side; below the measured range, as the smallest;
-above it, along the line through the two largest (never falling: a bigger
-step does not cost less), so that a k never run is not priced as the
-largest one measured. Sizes are kept exactly, not in power-of-two buckets:
-a verify of 64 sequences with 4 drafts each (320 tokens) and one with 7
-(512) can differ by half, and sharing a bucket would give them one price,
-whichever k was run last.
+above it, along the line through the smallest and the largest (never
+falling: a bigger step does not cost less), so that a k never run is not
+priced as the largest one measured, nor by the slope between two close
+sizes, which a CUDA graph's padding can make steep: a price too high is
+never tried again, one too low is tried and then measured. Sizes are kept
+exactly, not in power-of-two buckets: a verify of 64 sequences with 4
+drafts each (320 tokens) and one with 7 (512) can differ by half, and
+sharing a bucket would give them one price, whichever k was run last.
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ class StepTimes:
             return medians[size]
         if at == 0 or len(sizes) == 1:
             return medians[sizes[0]]  # below them all, or only one measured
-        below, above = sizes[at - 1 : at + 1] if at < len(sizes) else sizes[-2:]
+        if at == len(sizes):  # beyond the largest: the slope over all measured
+            first, last = sizes[0], sizes[-1]
+            slope = (medians[last] - medians[first]) / (last - first)
+            return medians[last] + max(slope, 0.0) * (size - last)
+        below, above = sizes[at - 1], sizes[at]
         slope = (medians[above] - medians[below]) / (above - below)
-        if size > above:  # beyond the largest
-            return medians[above] + max(slope, 0.0) * (size - above)
         return medians[below] + slope * (size - below)

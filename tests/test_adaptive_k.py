@@ -120,6 +120,23 @@ def test_the_first_few_rounds_are_timed_and_then_one_in_every_few() -> None:
     assert [r for r in range(1, 30) if chooser.timed(r)] == [1, 2, 3, 9, 17, 25]
 
 
+def test_settled_at_k_0_a_probe_up_is_timed() -> None:
+    # Its draft catches up first, so it is not measured whole: timing it is
+    # the only way a k above 0 gets a price other than the one it had.
+    chooser = measured(0.0, draft_s=0.001, verify_s={1: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=4, time_every=100, time_first=1)
+    picks = {r: chooser.choose(batch=1, round_number=r) for r in range(1, 14)}
+    assert [r for r, k in picks.items() if k] == [5, 13]  # probes up; 9 probes down
+    assert [r for r in range(2, 14) if chooser.timed(r)] == [5, 13]
+
+
+def test_settled_above_k_0_no_probe_is_timed() -> None:
+    chooser = measured(0.6, draft_s=0.0008, verify_s={1: 0.005, 4: 0.005})
+    chooser.config = AdaptiveConfig(probe_every=4, time_every=100, time_first=1)
+    assert chooser.choose(batch=1, round_number=1) > 0
+    assert not any(chooser.timed(r) for r in range(2, 14))
+
+
 def test_a_pinned_k_does_not_probe_but_times_the_same_rounds() -> None:
     # Pinned and chosen rounds pay alike for being timed.
     config = AdaptiveConfig(probe_every=3, time_every=4, time_first=2)

@@ -194,6 +194,18 @@ def test_a_round_whose_draft_caught_up_is_not_measured_whole() -> None:
     assert whole.count(1) == 0 and whole.count(0) == rounds[0] - 1
 
 
+def test_settled_at_k_0_a_probe_up_prices_the_verify_it_runs() -> None:
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=2, time_every=1000, time_first=1))
+    chooser.best = lambda batch, mix=None: 0  # type: ignore[method-assign]
+    llm.engine.rounds.chooser = chooser
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list) and rounds[1] > 1
+    assert chooser.target_step_s.count(2) == rounds[1]  # a token and its one draft
+
+
 def test_a_timed_round_is_not_measured_whole() -> None:
     # It drafts on its own path (nothing sent ahead), so it costs more than its k does.
     llm = make_llm(adaptive_k=True)

@@ -48,10 +48,16 @@ def test_a_size_below_the_measured_ones_takes_the_smallest_ones_price() -> None:
     assert times.get(1) == pytest.approx(0.005)
 
 
-def test_a_size_above_the_measured_ones_follows_the_line_through_the_two_largest() -> None:
+def test_a_size_above_the_measured_ones_is_not_priced_as_the_largest() -> None:
     # Settled at k = 0, a batch of 64 has measured verifies of 64 and 128
     # tokens; a k never run must not be priced as the largest one measured.
     assert priced((64, 0.010), (128, 0.012)).get(384) == pytest.approx(0.020)
+
+
+def test_above_the_measured_sizes_the_slope_is_that_of_the_whole_range() -> None:
+    # Not the last step's: 128 and 144 tokens padded to graphs of 128 and 160.
+    times = priced((16, 0.006), (128, 0.008), (144, 0.010))
+    assert times.get(272) == pytest.approx(0.010 + 128 * 0.004 / 128)
 
 
 def test_a_price_above_the_measured_ones_never_falls() -> None:
