@@ -77,7 +77,7 @@ def test_only_timed_rounds_read_the_drafts_back_before_verifying() -> None:
     seq = SimpleNamespace(
         seq_id=1, num_tokens=70, draft_cached=69, options=SamplingOptions(), acceptance_kind=GREEDY
     )
-    chooser = KChooser(3, AdaptiveConfig(time_every=2))
+    chooser = KChooser(3, AdaptiveConfig(time_first=1, time_every=2))
     chooser.pin(3)
     drafter = SimpleNamespace(
         k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: Drafts.of(propose(*plan))
