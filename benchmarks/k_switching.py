@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.prompts import prompts
@@ -33,7 +33,14 @@ class Alternating(KChooser):
         super().__init__(k_max)
         self.ks = ks
 
-    def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
+    def choose(
+        self,
+        batch: int,
+        kinds: Sequence[str] = (),
+        *,
+        round_number: int,
+        rooms: Sequence[int] | None = None,
+    ) -> int:
         return self.ks[round_number % len(self.ks)]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -26,10 +25,6 @@ class Fixed(KChooser):
 
     def timed(self, round_number: int) -> bool:
         return False
-
-    def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
-        assert self.pinned is not None
-        return self.pinned
 
     def observe_between(self, batch: int, seconds: float) -> None:
         pass

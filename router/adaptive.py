@@ -42,10 +42,10 @@ chooser settled there. A pinned k times the same rounds as a
 chosen one.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
-by a grammar: their drafts pass at different rates) as well as pooled; a
-round's E(k) is the mean over its sequences of their kind's, so a batch of
-greedy requests is not held back by sampled ones served earlier or beside
-it. A kind not seen yet borrows the pooled counts.
+by a grammar) as well as pooled, and a round's E(k) is the mean over its
+sequences of their kind's, each counting no more drafts than it can keep
+before its length ends it (router/acceptance.py): near max_tokens a round
+drafts fewer, and never more than any of its sequences can keep.
 
 Leaving k = 0 costs more than a round's price shows: the draft must first
 catch up on every token it missed while k was 0 (one forward over them, not
@@ -56,22 +56,11 @@ k = 1 would flip between them and pay that catch-up each time.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model_runtime.sampling import SamplingOptions
+from router.acceptance import GREEDY, AcceptanceByKind, Mix, mix_of
 from router.step_times import StepTimes
-
-GREEDY, SAMPLED, CONSTRAINED = "greedy", "sampled", "constrained"
-
-
-def acceptance_kind(options: SamplingOptions) -> str:
-    """The acceptance a sequence's drafts count in: greedy drafts, sampled
-    ones and those under a grammar pass at different rates."""
-    if options.grammar:
-        return CONSTRAINED
-    return GREEDY if options.greedy else SAMPLED
 
 
 @dataclass(frozen=True)
@@ -104,41 +93,6 @@ class AdaptiveConfig:
             raise ValueError(f"leave_zero must be >= 0, got {self.leave_zero}")
 
 
-@dataclass
-class Acceptance:
-    """Decayed counts of the drafts that reached each position and of those
-    accepted there."""
-
-    reached: list[float]
-    accepted: list[float]
-
-    @classmethod
-    def empty(cls, k_max: int) -> Acceptance:
-        return cls([0.0] * k_max, [0.0] * k_max)
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.reached[0])
-
-    def observe(self, k: int, accepted: int, decay: float) -> None:
-        """One sequence's ``k`` drafts, of which the first ``accepted`` passed."""
-        for j in range(min(k, len(self.reached))):
-            if j > accepted:
-                break
-            self.reached[j] = decay * self.reached[j] + 1
-            self.accepted[j] = decay * self.accepted[j] + (j < accepted)
-
-    def expected_tokens(self, k: int) -> float:
-        """E(k): tokens a round of k drafts gains a sequence."""
-        total, chance, rate = 1.0, 1.0, 0.0
-        for j in range(k):
-            if self.reached[j]:
-                rate = self.accepted[j] / self.reached[j]
-            chance *= rate  # positions never reached keep the last measured rate
-            total += chance
-        return total
-
-
 class KChooser:
     def __init__(self, k_max: int, config: AdaptiveConfig = AdaptiveConfig()):
         self.k_max = k_max
@@ -147,8 +101,7 @@ class KChooser:
         self.target_step_s = StepTimes(config.window)  # by tokens in the step
         self.between_s = StepTimes(config.window)  # engine's own work a round, by batch
         self.round_s: dict[int, StepTimes] = {}  # by batch: whole rounds drafted ahead, by k
-        self.pooled = Acceptance.empty(k_max)  # every kind of sequence together
-        self.by_kind: dict[str, Acceptance] = {}
+        self.acceptance = AcceptanceByKind(k_max)
         self.pinned: int | None = None
         self._settled = k_max  # the last round's best k (before any probe)
 
@@ -164,11 +117,11 @@ class KChooser:
 
     @property
     def reached(self) -> list[float]:
-        return self.pooled.reached
+        return self.acceptance.pooled.reached
 
     @property
     def accepted(self) -> list[float]:
-        return self.pooled.accepted
+        return self.acceptance.pooled.accepted
 
     def timed(self, round_number: int) -> bool:
         """Whether round ``round_number`` (from 1) is timed: the first ``time_first``
@@ -180,32 +133,44 @@ class KChooser:
             return True
         return self._settled == 0 and self._probe(round_number) > 0
 
-    def choose(self, batch: int, kinds: Iterable[str] = (), *, round_number: int) -> int:
+    def choose(
+        self,
+        batch: int,
+        kinds: Sequence[str] = (),
+        *,
+        round_number: int,
+        rooms: Sequence[int] | None = None,
+    ) -> int:
         """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``
-        (none given: pooled acceptance; read only when k is not pinned)."""
+        (none given: pooled acceptance) and ``rooms`` (tokens each may still
+        gain; None: unlimited); read only when k is not pinned. A round never
+        drafts more than its sequences can keep."""
         if self.pinned is not None:
             return self.pinned
-        self._settled = self.best(batch, Counter(kinds))
-        return min(max(self._settled + self._probe(round_number), 0), self.k_max)
+        mix = mix_of(kinds, rooms, self.k_max) if kinds else None
+        self._settled = self.best(batch, mix)
+        most = max(most for _, most in mix) if mix else self.k_max
+        return min(max(self._settled + self._probe(round_number), 0), most)
 
     def _probe(self, round_number: int) -> int:
         """+1 or -1 on a probe round (by turns), else 0."""
         turn, rest = divmod(round_number - 1, self.config.probe_every)
         return 0 if rest or not turn else 1 if turn % 2 else -1
 
-    def best(self, batch: int, mix: Mapping[str, int] | None = None) -> int:
+    def best(self, batch: int, mix: Mix | None = None) -> int:
         """The k with the most expected tokens per second (k_max while unmeasured);
         after settling at k = 0, another only if it is ``leave_zero`` better."""
-        draft = self.draft_step_s.get(batch)
-        if draft is None or self.target_step_s.get(batch) is None or not self.pooled.measured:
+        unmeasured = self.draft_step_s.get(batch) is None or self.target_step_s.get(batch) is None
+        if unmeasured or not self.acceptance.pooled.measured:
             return self.k_max
-        rates = [self.goodput(batch, k, mix) for k in range(self.k_max + 1)]
+        gains = self.acceptance.curve(mix)
+        rates = [gains[k] / max(self.price(batch, k), 1e-9) for k in range(self.k_max + 1)]
         best = max(range(self.k_max + 1), key=rates.__getitem__)
         if self._settled == 0 and rates[best] < rates[0] * (1 + self.config.leave_zero):
             return 0
         return best
 
-    def goodput(self, batch: int, k: int, mix: Mapping[str, int] | None = None) -> float:
+    def goodput(self, batch: int, k: int, mix: Mix | None = None) -> float:
         """Expected tokens per second per sequence for a round of ``k`` drafts."""
         return self.expected_tokens(k, mix) / max(self.price(batch, k), 1e-9)
 
@@ -230,17 +195,10 @@ class KChooser:
         draft = (self.draft_step_s.get(batch) or 0.0) * k
         return verify + draft + (self.between_s.get(batch) or 0.0)
 
-    def expected_tokens(self, k: int, mix: Mapping[str, int] | None = None) -> float:
+    def expected_tokens(self, k: int, mix: Mix | None = None) -> float:
         """E(k) from the measured acceptance: the mean over ``mix``'s sequences
-        of their kind's (a kind not measured yet: the pooled one's)."""
-        if not mix:
-            return self.pooled.expected_tokens(k)
-        total = sum(n * self._of(kind).expected_tokens(k) for kind, n in mix.items())
-        return total / sum(mix.values())
-
-    def _of(self, kind: str) -> Acceptance:
-        own = self.by_kind.get(kind)
-        return own if own is not None and own.measured else self.pooled
+        of their kind's, each up to the drafts it can keep (router/acceptance.py)."""
+        return self.acceptance.curve(mix)[k]
 
     def observe_round(self, batch: int, k: int, draft_s: float | None, verify_s: float) -> None:
         """Wall time of one round: ``k`` draft steps, then a verify over batch * (k + 1)
@@ -266,9 +224,4 @@ class KChooser:
 
     def observe_acceptance(self, k: int, accepted: int, kind: str = GREEDY) -> None:
         """One sequence's ``k`` drafts, of which the first ``accepted`` passed."""
-        decay = self.config.decay
-        self.pooled.observe(k, accepted, decay)
-        own = self.by_kind.get(kind)
-        if own is None:
-            own = self.by_kind[kind] = Acceptance.empty(self.k_max)
-        own.observe(k, accepted, decay)
+        self.acceptance.observe(k, accepted, kind, self.config.decay)

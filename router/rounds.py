@@ -36,7 +36,7 @@ from model_runtime.errors import WorkerUnavailableError
 from protos.batch_columns import VerifyColumns
 from protos.messages import read_back
 from router.adaptive import KChooser
-from router.ahead import NextDrafts, cut_next
+from router.ahead import NextDrafts, ShareFacts, cut_next
 from router.drafting import Drafter, Drafts, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
@@ -151,18 +151,22 @@ class Rounds:
     def _timed(self, round_number: int) -> bool:
         return self.chooser is not None and self.chooser.timed(round_number)
 
-    def _choose(self, kinds: list[str], seeded: bool, round_number: int) -> int:
-        """The k of round ``round_number``, of sequences of ``kinds``: the chooser's,
-        or the configured one (when ``seeded``: a seeded sample rides in it)."""
+    def _choose(
+        self, kinds: list[str], rooms: list[int] | None, seeded: bool, round_number: int
+    ) -> int:
+        """The k of round ``round_number``, of sequences of ``kinds`` with ``rooms``
+        tokens left each (None: unknown): the chooser's, or the configured one (when
+        ``seeded``: a seeded sample rides in it)."""
         if self.chooser is None or seeded:
             return self.k
-        return self.chooser.choose(len(kinds), kinds, round_number=round_number)
+        return self.chooser.choose(len(kinds), kinds, round_number=round_number, rooms=rooms)
 
     def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, Drafts, Plan | None]:
         """The round's k, the drafts already here, and the plan on the way."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
-            k = self._choose([s.acceptance_kind for s in seqs], _seeded(seqs), self._rounds)
+            kinds, rooms = [s.acceptance_kind for s in seqs], [s.room for s in seqs]
+            k = self._choose(kinds, rooms, _seeded(seqs), self._rounds)
             return k, Drafts(), self.drafter.send(seqs, k) if k else None
         late = [s for s in seqs if s.seq_id not in ahead.seq_ids]
         if not late:
@@ -191,20 +195,21 @@ class Rounds:
     def _send_ahead(self, shares: list[Verified]) -> None:
         """Ask for the next round's drafts for the sequences that go on, cut from
         the outputs' columns (router/ahead.py) before anything else reads them."""
+        if self._timed(self._rounds + 1):
+            return
         live = [
-            (s.facts, s.outputs)
+            (s.facts, VerifyColumns.of(s.outputs))
             for s in shares
             if s.facts is not None and not isinstance(s.outputs, WorkerUnavailableError)
         ]
-        if not live or self._timed(self._rounds + 1):
+        if not live:
             return
-        kinds = [kind for facts, _ in live for kind in facts.kinds]
-        k = self._choose(kinds, any(facts.seeded for facts, _ in live), self._rounds + 1)
+        kinds, rooms = _going_on(live)
+        k = self._choose(kinds, rooms, any(facts.seeded for facts, _ in live), self._rounds + 1)
         workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
         seq_ids: list[int] = []  # those whose next drafts are seen to
-        for facts, outputs in live:
-            columns = VerifyColumns.of(outputs)
+        for facts, columns in live:
             if k:
                 seq_ids += cut_next(facts, columns, k, workers, max_len, into=parts)
             else:
@@ -220,6 +225,24 @@ class Rounds:
         self._turn = 1 - now
         self.metrics.record_round(self.k)
         return self.verifier.verify(groups[now], drafts), drafts
+
+
+def _going_on(
+    live: list[tuple[ShareFacts, VerifyColumns]],
+) -> tuple[list[str], list[int] | None]:
+    """The kinds and rooms (after this round's tokens) of the sequences whose
+    length does not end them this round (all of them, if none goes on: the
+    next round then holds only sequences admitted meanwhile)."""
+    kinds: list[str] = []
+    rooms: list[int] = []
+    for facts, columns in live:
+        for i, gained in enumerate(columns.num_tokens):
+            if i not in columns.failed and facts.room[i] > gained:
+                kinds.append(facts.kinds[i])
+                rooms.append(facts.room[i] - gained)
+    if kinds:
+        return kinds, rooms
+    return [kind for facts, _ in live for kind in facts.kinds], None
 
 
 def _seeded(seqs: list[SequenceState]) -> bool:

@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from model_runtime.logprobs import TokenLogprob
 from model_runtime.sampling import SamplingOptions
-from router.adaptive import acceptance_kind
+from router.acceptance import acceptance_kind
 from router.detokenizer import IncrementalDetokenizer
 from router.params import SamplingParams
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.adaptive import CONSTRAINED, GREEDY, SAMPLED, AdaptiveConfig, KChooser
+from router.acceptance import CONSTRAINED, GREEDY, SAMPLED
+from router.adaptive import AdaptiveConfig, KChooser
 
 NEVER_PROBE = AdaptiveConfig(probe_every=10**9)
 
@@ -83,9 +84,9 @@ def test_acceptance_is_kept_apart_by_kind_of_sequence() -> None:
     for _ in range(20):
         chooser.observe_acceptance(3, accepted=3, kind=GREEDY)
         chooser.observe_acceptance(3, accepted=0, kind=SAMPLED)
-    assert chooser.expected_tokens(3, {GREEDY: 1}) == pytest.approx(4.0)
-    assert chooser.expected_tokens(3, {SAMPLED: 1}) == pytest.approx(1.0)
-    assert chooser.expected_tokens(3, {GREEDY: 1, SAMPLED: 3}) == pytest.approx(1.75)
+    assert chooser.expected_tokens(3, {(GREEDY, 3): 1}) == pytest.approx(4.0)
+    assert chooser.expected_tokens(3, {(SAMPLED, 3): 1}) == pytest.approx(1.0)
+    assert chooser.expected_tokens(3, {(GREEDY, 3): 1, (SAMPLED, 3): 3}) == pytest.approx(1.75)
 
 
 def test_a_greedy_batch_is_not_held_back_by_sampled_requests_served_beside_it() -> None:
@@ -94,8 +95,8 @@ def test_a_greedy_batch_is_not_held_back_by_sampled_requests_served_beside_it() 
         chooser.observe_acceptance(5, accepted=5, kind=GREEDY)
         for _ in range(3):  # more sampled requests than greedy ones
             chooser.observe_acceptance(5, accepted=0, kind=SAMPLED)
-    assert chooser.best(batch=1, mix={GREEDY: 1}) == 5
-    assert chooser.best(batch=1, mix={SAMPLED: 1}) == 0
+    assert chooser.best(batch=1, mix={(GREEDY, 5): 1}) == 5
+    assert chooser.best(batch=1, mix={(SAMPLED, 5): 1}) == 0
     assert chooser.choose(batch=1, kinds=[GREEDY, GREEDY], round_number=1) == 5
     assert chooser.best(batch=1) < 5  # pooled, as before kinds were told apart
 
@@ -103,7 +104,7 @@ def test_a_greedy_batch_is_not_held_back_by_sampled_requests_served_beside_it() 
 def test_a_kind_not_seen_yet_borrows_the_pooled_acceptance() -> None:
     chooser = KChooser(2)
     chooser.observe_acceptance(2, accepted=1, kind=GREEDY)
-    assert chooser.expected_tokens(2, {CONSTRAINED: 1}) == chooser.expected_tokens(2)
+    assert chooser.expected_tokens(2, {(CONSTRAINED, 2): 1}) == chooser.expected_tokens(2)
 
 
 def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:

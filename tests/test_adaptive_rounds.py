@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from model_runtime.random_checkpoint import save_random_checkpoint
-from router.adaptive import GREEDY, SAMPLED, AdaptiveConfig, KChooser
+from router.acceptance import GREEDY, SAMPLED
+from router.adaptive import AdaptiveConfig, KChooser
 from specserve import LLM, SamplingParams
 
 
@@ -21,8 +22,8 @@ def test_each_sequence_counts_its_drafts_in_its_own_kind() -> None:
     sampled = SamplingParams(temperature=1.0, max_tokens=16)
     llm.generate(["def f(x):", "class A:"], [greedy, sampled], use_tqdm=False)
     chooser = llm.engine.rounds.chooser
-    assert chooser is not None and set(chooser.by_kind) == {GREEDY, SAMPLED}
-    assert all(acceptance.measured for acceptance in chooser.by_kind.values())
+    assert chooser is not None and set(chooser.acceptance.by_kind) == {GREEDY, SAMPLED}
+    assert all(acceptance.measured for acceptance in chooser.acceptance.by_kind.values())
 
 
 def test_pinned_k_drafts_the_configured_number_every_round() -> None:
@@ -93,6 +94,7 @@ def test_a_round_that_prefilled_a_drafted_sequence_is_not_a_draft_steps_price() 
             draft_cached=70 - lacks,
             options=SamplingOptions(),
             acceptance_kind=GREEDY,
+            room=100,
         )
 
     chooser = KChooser(3, AdaptiveConfig(time_every=1))  # every round timed
@@ -129,6 +131,7 @@ def test_the_engines_work_between_rounds_is_timed_unless_it_prefilled_or_requeue
             draft_cached=69,
             options=SamplingOptions(),
             acceptance_kind=GREEDY,
+            room=100,
         )
 
     chooser = KChooser(3)
@@ -216,6 +219,42 @@ def test_a_timed_round_is_not_measured_whole() -> None:
     params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
     llm.generate(["def f(x):"], params, use_tqdm=False)
     rounds = llm.speculation_stats()["rounds_per_k"]
-    assert isinstance(rounds, list) and rounds[2] == sum(rounds) > 4
+    assert isinstance(rounds, list) and rounds[2] > 4
+    assert rounds[2] + rounds[0] == sum(rounds)  # (k = 0 where 1 token was left)
     timed = [r for r in range(1, rounds[2] + 1) if chooser.timed(r)]
-    assert whole == [2] * (rounds[2] - len(timed))
+    assert whole.count(2) == rounds[2] - len(timed)
+
+
+def test_no_round_drafts_more_than_its_sequence_can_keep() -> None:
+    # Near max_tokens the drafts past the tokens left would be drawn for nothing.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=10**9))
+    chooser.best = lambda batch, mix=None: 3  # type: ignore[method-assign]
+    llm.engine.rounds.chooser = chooser
+    drafted: list[tuple[int, int]] = []  # (k, tokens the sequence had left)
+    accepted = llm.engine.rounds.accepted
+    llm.engine.rounds.accepted = lambda seq, k, n: (  # type: ignore[method-assign]
+        drafted.append((k, seq.room)) or accepted(seq, k, n)
+    )
+    for max_tokens in range(4, 10):
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+        llm.generate(["def f(x):"], params, use_tqdm=False)
+    assert all(k <= room - 1 for k, room in drafted)
+    assert any(k < 3 for k, _ in drafted)  # the limit was met
+
+
+def test_the_next_round_is_chosen_for_the_sequences_that_go_on() -> None:
+    # One that its length ends this round is not in the next round's batch.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=10**9))
+    asked: list[tuple[int, list[int] | None]] = []
+    choose = chooser.choose
+    chooser.choose = lambda batch, kinds=(), *, round_number, rooms=None: (  # type: ignore[method-assign]
+        asked.append((batch, rooms)) or choose(batch, kinds, round_number=round_number, rooms=rooms)
+    )
+    llm.engine.rounds.chooser = chooser
+    short, long = (SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (6, 30))
+    llm.generate(["def f(x):", "class A:"], [short, long], use_tqdm=False)
+    assert {batch for batch, _ in asked} == {1, 2}
+    assert all(rooms is None or len(rooms) == batch for batch, rooms in asked)  # None: none go on
+    assert all(room > 0 for _, rooms in asked for room in rooms or [])

@@ -12,7 +12,8 @@ import torch
 from model_runtime.random_checkpoint import save_random_checkpoint
 from model_runtime.sampling import SamplingOptions
 from protos.messages import DeviceTokens, DraftedBatch, SequenceTokens, VerifyRequest
-from router.adaptive import GREEDY, AdaptiveConfig, KChooser
+from router.acceptance import GREEDY
+from router.adaptive import AdaptiveConfig, KChooser
 from router.drafting import Drafts
 from router.metrics import SpeculationMetrics
 from router.rounds import Rounds
@@ -75,7 +76,12 @@ def test_only_timed_rounds_read_the_drafts_back_before_verifying() -> None:
         return {s.seq_id: (DeviceTokens(batches[-1], i, k), None, None) for i, s in enumerate(seqs)}
 
     seq = SimpleNamespace(
-        seq_id=1, num_tokens=70, draft_cached=69, options=SamplingOptions(), acceptance_kind=GREEDY
+        seq_id=1,
+        num_tokens=70,
+        draft_cached=69,
+        options=SamplingOptions(),
+        acceptance_kind=GREEDY,
+        room=100,
     )
     chooser = KChooser(3, AdaptiveConfig(time_first=1, time_every=2))
     chooser.pin(3)

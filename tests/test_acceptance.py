@@ -1,0 +1,62 @@
+"""What a round of k drafts is expected to gain a batch: each sequence's
+acceptance by position, up to the drafts it can keep before its length ends
+it."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.acceptance import GREEDY, SAMPLED, AcceptanceByKind, mix_of
+from router.adaptive import AdaptiveConfig, KChooser
+
+
+def halves(k_max: int) -> AcceptanceByKind:
+    """Counts where every draft passes half the time."""
+    acceptance = AcceptanceByKind(k_max)
+    for j in range(k_max):
+        acceptance.pooled.reached[j], acceptance.pooled.accepted[j] = 10.0, 5.0
+    return acceptance
+
+
+def test_a_sequence_keeps_no_more_drafts_than_its_room_less_one() -> None:
+    assert mix_of([GREEDY, GREEDY, SAMPLED], [100, 3, 1], k_max=5) == {
+        (GREEDY, 5): 1,
+        (GREEDY, 2): 1,
+        (SAMPLED, 0): 1,
+    }
+
+
+def test_without_rooms_every_sequence_can_keep_every_draft() -> None:
+    assert mix_of([GREEDY, GREEDY], None, k_max=4) == {(GREEDY, 4): 2}
+
+
+def test_drafts_past_a_sequences_room_gain_it_nothing() -> None:
+    curve = halves(4).curve({(GREEDY, 2): 1})
+    assert curve == pytest.approx([1.0, 1.5, 1.75, 1.75, 1.75])
+
+
+def test_a_batchs_gain_is_the_mean_of_its_sequences() -> None:
+    acceptance = halves(4)
+    mixed = acceptance.curve({(GREEDY, 4): 1, (GREEDY, 1): 1})
+    assert mixed[4] == pytest.approx(((1 + 0.5 + 0.25 + 0.125 + 0.0625) + 1.5) / 2)
+
+
+def test_a_round_near_a_sequences_length_drafts_what_it_can_keep() -> None:
+    chooser = KChooser(5, AdaptiveConfig(probe_every=10**9))
+    chooser.target_step_s.add(1, 0.005)
+    chooser.target_step_s.add(6, 0.005)
+    chooser.draft_step_s.add(1, 0.0002)
+    for _ in range(50):
+        chooser.observe_acceptance(5, accepted=5)  # every draft passes
+    assert chooser.choose(1, [GREEDY], round_number=1, rooms=[100]) == 5
+    assert chooser.choose(1, [GREEDY], round_number=2, rooms=[3]) == 2
+    assert chooser.choose(1, [GREEDY], round_number=3, rooms=[1]) == 0
+
+
+def test_a_probe_does_not_draft_past_what_the_batch_can_keep() -> None:
+    chooser = KChooser(5, AdaptiveConfig(probe_every=1))  # round 2 probes one more
+    chooser.target_step_s.add(1, 0.005)
+    chooser.draft_step_s.add(1, 0.0002)
+    for _ in range(50):
+        chooser.observe_acceptance(5, accepted=5)
+    assert chooser.choose(1, [GREEDY], round_number=2, rooms=[3]) == 2
