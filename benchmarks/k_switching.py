@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmarks.prompts import prompts
 from benchmarks.rows import engine_row
@@ -33,14 +33,7 @@ class Alternating(KChooser):
         super().__init__(k_max)
         self.ks = ks
 
-    def choose(
-        self,
-        batch: int,
-        kinds: Sequence[str] = (),
-        *,
-        round_number: int,
-        rooms: Sequence[int] | None = None,
-    ) -> int:
+    def choose(self, batch: int, *kinds_and_rooms: Any, round_number: int, **_: Any) -> int:
         return self.ks[round_number % len(self.ks)]
 
 
