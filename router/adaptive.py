@@ -144,13 +144,17 @@ class KChooser:
         """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``
         (none given: pooled acceptance) and ``rooms`` (tokens each may still
         gain; None: unlimited); read only when k is not pinned. A round never
-        drafts more than its sequences can keep."""
+        drafts more than its sequences can keep; a round whose sequences all
+        end soon does not move where the chooser is settled (a k it drafts
+        because they end is not a k it chose)."""
         if self.pinned is not None:
             return self.pinned
         mix = mix_of(kinds, rooms, self.k_max) if kinds else None
-        self._settled = self.best(batch, mix)
+        best = self.best(batch, mix)
         most = max(most for _, most in mix) if mix else self.k_max
-        return min(max(self._settled + self._probe(round_number), 0), most)
+        if most == self.k_max:
+            self._settled = best
+        return min(max(best + self._probe(round_number), 0), most)
 
     def _probe(self, round_number: int) -> int:
         """+1 or -1 on a probe round (by turns), else 0."""

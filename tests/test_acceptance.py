@@ -18,6 +18,15 @@ def halves(k_max: int) -> AcceptanceByKind:
     return acceptance
 
 
+def priced(draft_s: float, probe_every: int = 10**9) -> KChooser:
+    """A chooser at batch 1 whose verify costs 5 ms at any k, a draft step ``draft_s``."""
+    chooser = KChooser(5, AdaptiveConfig(probe_every=probe_every))
+    chooser.target_step_s.add(1, 0.005)
+    chooser.target_step_s.add(6, 0.005)
+    chooser.draft_step_s.add(1, draft_s)
+    return chooser
+
+
 def test_a_sequence_keeps_no_more_drafts_than_its_room_less_one() -> None:
     assert mix_of([GREEDY, GREEDY, SAMPLED], [100, 3, 1], k_max=5) == {
         (GREEDY, 5): 1,
@@ -42,10 +51,7 @@ def test_a_batchs_gain_is_the_mean_of_its_sequences() -> None:
 
 
 def test_a_round_near_a_sequences_length_drafts_what_it_can_keep() -> None:
-    chooser = KChooser(5, AdaptiveConfig(probe_every=10**9))
-    chooser.target_step_s.add(1, 0.005)
-    chooser.target_step_s.add(6, 0.005)
-    chooser.draft_step_s.add(1, 0.0002)
+    chooser = priced(draft_s=0.0002)
     for _ in range(50):
         chooser.observe_acceptance(5, accepted=5)  # every draft passes
     assert chooser.choose(1, [GREEDY], round_number=1, rooms=[100]) == 5
@@ -54,9 +60,18 @@ def test_a_round_near_a_sequences_length_drafts_what_it_can_keep() -> None:
 
 
 def test_a_probe_does_not_draft_past_what_the_batch_can_keep() -> None:
-    chooser = KChooser(5, AdaptiveConfig(probe_every=1))  # round 2 probes one more
-    chooser.target_step_s.add(1, 0.005)
-    chooser.draft_step_s.add(1, 0.0002)
+    chooser = priced(draft_s=0.0002, probe_every=1)  # round 2 probes one more
     for _ in range(50):
         chooser.observe_acceptance(5, accepted=5)
     assert chooser.choose(1, [GREEDY], round_number=2, rooms=[3]) == 2
+
+
+def test_a_round_drafting_nothing_because_its_sequences_end_does_not_settle_at_k_0() -> None:
+    # Once settled at k = 0 the chooser leaves only for a k 5% better; a k
+    # drafted because every sequence ends soon is not a k it chose.
+    chooser = priced(draft_s=0.0004)
+    for j in range(5):
+        chooser.reached[j], chooser.accepted[j] = 100.0, 10.0  # k = 1 is 2% better than 0
+    assert chooser.choose(1, [GREEDY], round_number=1, rooms=[100]) == 1
+    assert chooser.choose(1, [GREEDY], round_number=2, rooms=[1]) == 0
+    assert chooser.choose(1, [GREEDY], round_number=3, rooms=[100]) == 1
