@@ -113,7 +113,7 @@ class AcceptanceByKind:
         """[E(0), ..., E(k_max)] of a round over ``mix`` (None: pooled, no room limit)."""
         if not mix:
             return self.pooled.curve(self.k_max)
-        curves = {kind: self.of(kind).curve(self.k_max) for kind, _ in mix}
+        curves = {kind: self.of(kind).curve(self.k_max) for kind in {kind for kind, _ in mix}}
         n = sum(mix.values())
         return [
             sum(count * curves[kind][min(k, most)] for (kind, most), count in mix.items()) / n

@@ -45,7 +45,10 @@ Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
 by a grammar) as well as pooled, and a round's E(k) is the mean over its
 sequences of their kind's, each counting no more drafts than it can keep
 before its length ends it (router/acceptance.py): near max_tokens a round
-drafts fewer, and never more than any of its sequences can keep.
+drafts fewer, and never more than the sequence with the most room can keep.
+Where the chooser is settled (for the rule below) is chosen as if every
+sequence had room, and a sequence admitted after the drafts were sent
+ahead gets its own k, so sequences that end do not hold others back.
 
 Leaving k = 0 costs more than a round's price shows: the draft must first
 catch up on every token it missed while k was 0 (one forward over them, not
@@ -143,17 +146,17 @@ class KChooser:
     ) -> int:
         """The k for round ``round_number`` of ``batch`` sequences, of these ``kinds``
         (none given: pooled acceptance) and ``rooms`` (tokens each may still
-        gain; None: unlimited); read only when k is not pinned. A round never
-        drafts more than its sequences can keep; a round whose sequences all
-        end soon does not move where the chooser is settled (a k it drafts
-        because they end is not a k it chose)."""
+        gain; None: unlimited); read only when k is not pinned. It drafts no
+        more than the sequence with the most room can keep. Where it is
+        settled is chosen as if every sequence had room for k_max drafts:
+        a k drafted because sequences end soon is not a k it chose."""
         if self.pinned is not None:
             return self.pinned
         mix = mix_of(kinds, rooms, self.k_max) if kinds else None
-        best = self.best(batch, mix)
+        free = mix_of(kinds, None, self.k_max) if kinds and rooms is not None else mix
+        self._settled = self.best(batch, free)
+        best = self._settled if free == mix else self.best(batch, mix)
         most = max(most for _, most in mix) if mix else self.k_max
-        if most == self.k_max:
-            self._settled = best
         return min(max(best + self._probe(round_number), 0), most)
 
     def _probe(self, round_number: int) -> int:

@@ -152,14 +152,21 @@ class Rounds:
         return self.chooser is not None and self.chooser.timed(round_number)
 
     def _choose(
-        self, kinds: list[str], rooms: list[int] | None, seeded: bool, round_number: int
+        self,
+        kinds: list[str],
+        rooms: list[int] | None,
+        seeded: bool,
+        round_number: int,
+        batch: int | None = None,
     ) -> int:
-        """The k of round ``round_number``, of sequences of ``kinds`` with ``rooms``
-        tokens left each (None: unknown): the chooser's, or the configured one (when
-        ``seeded``: a seeded sample rides in it)."""
+        """The k of round ``round_number`` over ``batch`` sequences (default: one
+        per kind), of sequences of ``kinds`` with ``rooms`` tokens left each
+        (None: unknown): the chooser's, or the configured one (when ``seeded``:
+        a seeded sample rides in it)."""
         if self.chooser is None or seeded:
             return self.k
-        return self.chooser.choose(len(kinds), kinds, round_number=round_number, rooms=rooms)
+        batch = len(kinds) if batch is None else batch
+        return self.chooser.choose(batch, kinds, round_number=round_number, rooms=rooms)
 
     def _start_drafts(self, seqs: list[SequenceState]) -> tuple[int, Drafts, Plan | None]:
         """The round's k, the drafts already here, and the plan on the way."""
@@ -173,7 +180,10 @@ class Rounds:
             return ahead.k, Drafts(), ahead.plan
         # Admitted since the drafts were sent ahead: drafted once those are back.
         drafts = self.drafter.receive(ahead.plan, seqs) if ahead.plan is not None else Drafts()
-        k = self.k if _seeded(late) else ahead.k
+        # Their own k (at the round's batch): the ahead one may be cut short by
+        # the rooms of the sequences it was chosen for.
+        kinds, rooms = [s.acceptance_kind for s in late], [s.room for s in late]
+        k = self._choose(kinds, rooms, _seeded(late), self._rounds, len(seqs))
         early = [s for s in seqs if s.seq_id in ahead.seq_ids]  # their workers' load counts
         return ahead.k, drafts, self.drafter.send(late, k, beside=early) if k else None
 
@@ -204,8 +214,11 @@ class Rounds:
         ]
         if not live:
             return
-        kinds, rooms = _going_on(live)
-        k = self._choose(kinds, rooms, any(facts.seeded for facts, _ in live), self._rounds + 1)
+        batch, kinds, rooms = _going_on(live)
+        if not batch:  # every sequence failed: each starts again
+            return
+        seeded = any(facts.seeded for facts, _ in live)
+        k = self._choose(kinds, rooms, seeded, self._rounds + 1, batch)
         workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
         seq_ids: list[int] = []  # those whose next drafts are seen to
@@ -229,20 +242,28 @@ class Rounds:
 
 def _going_on(
     live: list[tuple[ShareFacts, VerifyColumns]],
-) -> tuple[list[str], list[int] | None]:
-    """The kinds and rooms (after this round's tokens) of the sequences whose
-    length does not end them this round (all of them, if none goes on: the
-    next round then holds only sequences admitted meanwhile)."""
-    kinds: list[str] = []
-    rooms: list[int] = []
+) -> tuple[int, list[str], list[int] | None]:
+    """The next round's batch (the sequences that did not fail: those that
+    end are mostly replaced by sequences admitted meanwhile) and the kinds
+    and rooms (after this round's tokens) of those that surely go on: not
+    ended by their length or a stop token (all of them, rooms unknown, if
+    none goes on: the next round then holds only sequences admitted)."""
+    batch, kinds, rooms, every = 0, [], [], []
     for facts, columns in live:
+        end = 0
         for i, gained in enumerate(columns.num_tokens):
-            if i not in columns.failed and facts.room[i] > gained:
+            start, end = end, end + gained
+            if i in columns.failed:
+                continue
+            batch += 1
+            every.append(facts.kinds[i])
+            stops = facts.stops[i]
+            if facts.room[i] > gained and not (
+                stops and not stops.isdisjoint(columns.token_ids[start:end])
+            ):
                 kinds.append(facts.kinds[i])
                 rooms.append(facts.room[i] - gained)
-    if kinds:
-        return kinds, rooms
-    return [kind for facts, _ in live for kind in facts.kinds], None
+    return (batch, kinds, rooms) if kinds else (batch, every, None)
 
 
 def _seeded(seqs: list[SequenceState]) -> bool:

@@ -75,3 +75,12 @@ def test_a_round_drafting_nothing_because_its_sequences_end_does_not_settle_at_k
     assert chooser.choose(1, [GREEDY], round_number=1, rooms=[100]) == 1
     assert chooser.choose(1, [GREEDY], round_number=2, rooms=[1]) == 0
     assert chooser.choose(1, [GREEDY], round_number=3, rooms=[100]) == 1
+
+
+def test_a_sequence_ending_beside_others_does_not_settle_the_chooser_at_k_0() -> None:
+    chooser = priced(draft_s=0.0004)
+    for j in range(5):
+        chooser.reached[j], chooser.accepted[j] = 100.0, 10.0  # k = 1 is 2% better than 0
+    assert chooser.choose(2, [GREEDY] * 2, round_number=1, rooms=[100, 100]) == 1
+    chooser.choose(2, [GREEDY] * 2, round_number=2, rooms=[100, 1])
+    assert chooser.choose(2, [GREEDY] * 2, round_number=3, rooms=[100, 100]) == 1

@@ -16,6 +16,7 @@ from model_runtime.status import OK
 from protos import common_pb2 as pb
 from protos.columns import split
 from protos.messages import Proposal, ProposeRequest, VerifyOutput, VerifyRequest, WorkerInfo
+from router.adaptive import AdaptiveConfig, KChooser
 from router.drafting import Drafter
 from router.metrics import SpeculationMetrics
 from router.params import SamplingParams
@@ -103,13 +104,13 @@ def running(num: int, num_drafts: int, max_tokens: int = 64) -> list[SequenceSta
 class Workers:
     """Rounds over split draft workers and one split target, and what they saw."""
 
-    def __init__(self, num_drafts: int):
+    def __init__(self, num_drafts: int, chooser: KChooser | None = None):
         self.events: list[str] = []
         self.drafts = [SplitDraft(f"draft {d}", self.events) for d in range(num_drafts)]
         self.target = SplitTarget(self.events)
         verifier = Verifier(WorkerPool([self.target], "target"), max_model_len=512)
         drafter = Drafter(WorkerPool(self.drafts, "draft"), 3, overlap=False)
-        self.rounds = Rounds(drafter, verifier, SpeculationMetrics(3), None, False)
+        self.rounds = Rounds(drafter, verifier, SpeculationMetrics(3), chooser, False)
 
     def round(self, seqs: list[SequenceState]) -> list[str]:
         """Run a round and apply its outputs as the engine does; the events it caused."""
@@ -216,3 +217,14 @@ def test_drafts_sent_ahead_for_a_sequence_a_stop_string_ended_are_not_left_in_fl
     (out,) = llm.generate(["def f(x):"], params, use_tqdm=False)
     assert out.outputs[0].stop_reason == "\n"
     assert not llm.engine.rounds.drafts_in_flight
+
+
+def test_a_sequence_admitted_late_is_not_held_to_the_k_cut_short_for_the_others() -> None:
+    # The drafts sent ahead were cut to what a sequence 2 tokens from its end keeps.
+    chooser = KChooser(3, AdaptiveConfig(time_first=1, time_every=1000, probe_every=10**9))
+    chooser.best = lambda batch, mix=None: 3  # type: ignore[method-assign]
+    workers = Workers(num_drafts=1, chooser=chooser)
+    ending, later = running(1, 1, max_tokens=6), running(1, 1)
+    workers.round(ending)  # 4 tokens: 2 left
+    workers.round(ending + later)
+    assert workers.target.sent == [[7], [7, 7, 7]]
