@@ -32,13 +32,16 @@ more than its choice, or one fewer, by turns, so a draft that turns good is
 noticed and the price of each neighbouring k is measured; positions never
 reached borrow the acceptance of the last one measured. Acceptance counts
 decay and prices are the median of the latest few, so both follow a
-changing workload, at the sizes still in use (a size no longer seen keeps
-its last price). Rounds whose draft caught up on more than a round leaves
+changing workload, at the sizes still in use. A whole round's price not
+measured again for ``forget_after`` rounds is forgotten (but the latest
+measured at the batch size, which anchors the level), so that k is priced
+by its parts again. Rounds whose draft caught up on more than a round leaves
 behind (after k = 0, a new sequence) or whose drafts were not all sent
 ahead (a timed round, a late admission) are not measured as whole rounds:
 their price is not that of the k. So a probe up from k = 0 is timed
-instead: else a k above 0 would keep the price its parts had when the
-chooser settled there. A pinned k times the same rounds as a
+instead, and its parts are what prices the k above 0 once its whole
+rounds are forgotten: else the chooser, settled at 0, would keep the price
+a k above had when it settled there. A pinned k times the same rounds as a
 chosen one.
 
 Acceptance is kept apart by kind of sequence (greedy, sampled, constrained
@@ -80,6 +83,10 @@ class AdaptiveConfig:
     # How much more goodput another k must promise to leave k = 0 (the draft's
     # catch-up over the tokens it missed is not in a round's price).
     leave_zero: float = 0.05
+    # Rounds after which a whole round's price not measured again is forgotten
+    # (that k is then priced by its parts): longer than probes take to visit
+    # both neighbours of a settled k.
+    forget_after: int = 64
 
     def __post_init__(self) -> None:
         if self.probe_every < 1:
@@ -92,6 +99,8 @@ class AdaptiveConfig:
             raise ValueError(f"time_every must be >= 1, got {self.time_every}")
         if self.time_first < 1:
             raise ValueError(f"time_first must be >= 1, got {self.time_first}")
+        if self.forget_after < 1:
+            raise ValueError(f"forget_after must be >= 1, got {self.forget_after}")
         if self.leave_zero < 0:
             raise ValueError(f"leave_zero must be >= 0, got {self.leave_zero}")
 
@@ -107,6 +116,7 @@ class KChooser:
         self.acceptance = AcceptanceByKind(k_max)
         self.pinned: int | None = None
         self._settled = k_max  # the last round's best k (before any probe)
+        self._round = 0  # the latest round chosen for
 
     def pin(self, k: int | None) -> None:
         """Draft exactly ``k`` tokens every round from now on (None: choose again);
@@ -150,8 +160,12 @@ class KChooser:
         more than the sequence with the most room can keep. Where it is
         settled is chosen as if every sequence had room for k_max drafts:
         a k drafted because sequences end soon is not a k it chose."""
+        self._round = round_number
         if self.pinned is not None:
             return self.pinned
+        whole = self.round_s.get(batch)
+        if whole is not None:
+            whole.forget(before=round_number - self.config.forget_after)
         mix = mix_of(kinds, rooms, self.k_max) if kinds else None
         free = mix_of(kinds, None, self.k_max) if kinds and rooms is not None else mix
         self._settled = self.best(batch, free)
@@ -222,7 +236,7 @@ class KChooser:
         whole = self.round_s.get(batch)
         if whole is None:
             whole = self.round_s[batch] = StepTimes(self.config.window)
-        whole.add(k, seconds)
+        whole.add(k, seconds, at=self._round)
 
     def observe_between(self, batch: int, seconds: float) -> None:
         """The engine's own work from the end of a round of ``batch`` sequences

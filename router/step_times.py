@@ -16,6 +16,11 @@ never tried again, one too low is tried and then measured. Sizes are kept
 exactly, not in power-of-two buckets: a verify of 64 sequences with 4
 drafts each (320 tokens) and one with 7 (512) can differ by half, and
 sharing a bucket would give them one price, whichever k was run last.
+
+Each size remembers when it was last measured (on a clock its owner keeps),
+so that a price no longer refreshed can be forgotten (``forget``), all but
+the latest measured: a size not run for long keeps the price of a moment
+that is gone.
 """
 
 from __future__ import annotations
@@ -34,18 +39,30 @@ class StepTimes:
     _times: dict[int, deque[float]] = field(default_factory=dict, init=False, repr=False)
     _sizes: list[int] = field(default_factory=list, init=False, repr=False)  # sorted
     _medians: dict[int, float] = field(default_factory=dict, init=False, repr=False)
+    _stamps: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ValueError(f"window must be >= 1, got {self.window}")
 
-    def add(self, size: int, seconds: float) -> None:
+    def add(self, size: int, seconds: float, at: int = 0) -> None:
+        """A step of ``size`` took ``seconds``, measured at ``at`` on the owner's clock."""
+        self._stamps[size] = at
         latest = self._times.get(size)
         if latest is None:
             latest = self._times[size] = deque(maxlen=self.window)
             insort(self._sizes, size)
         latest.append(seconds)
         self._medians[size] = statistics.median(latest) if len(latest) >= 3 else min(latest)
+
+    def forget(self, before: int) -> None:
+        """Drop every size last measured before ``before``, but the latest measured."""
+        if not self._stamps:
+            return
+        latest = max(self._stamps, key=self._stamps.__getitem__)
+        for size in [s for s, at in self._stamps.items() if at < before and s != latest]:
+            del self._times[size], self._medians[size], self._stamps[size]
+            self._sizes.remove(size)
 
     def count(self, size: int) -> int:
         """How many times of ``size`` are kept."""

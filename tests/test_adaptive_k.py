@@ -249,3 +249,15 @@ def test_the_config_is_checked() -> None:
         AdaptiveConfig(window=0)
     with pytest.raises(ValueError, match="leave_zero must be >= 0"):
         AdaptiveConfig(leave_zero=-0.1)
+
+
+def test_a_whole_rounds_price_not_measured_again_is_forgotten_for_its_parts() -> None:
+    # Settled at k = 0, a k above is not measured whole again: a price it had
+    # once (here inflated) would hold the chooser at 0 for good.
+    chooser = measured(0.5, draft_s=0.0004, verify_s={1: 0.005, 6: 0.005})
+    chooser.observe_whole(batch=1, k=0, seconds=0.005)
+    chooser.observe_whole(batch=1, k=1, seconds=0.020)
+    assert chooser.choose(batch=1, round_number=1) == 0
+    for r in range(2, 70):
+        chooser.observe_whole(batch=1, k=0, seconds=0.005)  # measured again every round
+        assert (chooser.choose(batch=1, round_number=r) > 0) == (r > 64)

@@ -81,3 +81,14 @@ def test_the_nearest_measured_size_is_found_on_either_side() -> None:
     times = priced((2, 0.01), (5, 0.02))
     assert [times.nearest(size) for size in (0, 2, 3, 4, 5, 9)] == [2, 2, 2, 5, 5, 5]
     assert StepTimes(window=4).nearest(3) is None
+
+
+def test_sizes_not_measured_since_a_round_are_forgotten_but_the_latest() -> None:
+    times = StepTimes(window=4)
+    times.add(1, 0.010, at=1)
+    times.add(2, 0.020, at=5)
+    times.add(3, 0.030, at=9)
+    times.forget(before=6)
+    assert times.count(1) == times.count(2) == 0 and times.get(3) == 0.030
+    times.forget(before=100)
+    assert times.get(3) == 0.030  # the latest measured stays
