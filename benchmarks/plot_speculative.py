@@ -129,6 +129,12 @@ def main() -> None:
     for p in points:
         ks = {k: round(v, 2) for k, v in p["speedup"].items()}
         print(f"a={p['alpha']:.2f} c={p['c']:.3f} batch={p['batch']}: {ks}")
+    for p in points:
+        fixed = {k: v for k, v in p["speedup"].items() if isinstance(k, int) and k > 0}
+        best = max(fixed, key=fixed.__getitem__)
+        adaptive = p["speedup"].get("adaptive", float("nan"))
+        print(f"{p['wanted']} batch {p['batch']}: adaptive / best fixed k (k = {best}) "
+              f"{adaptive / fixed[best]:.3f}, / target-only {adaptive:.2f}")  # fmt: skip
     for pair in json.loads(args.report.read_text())["pairs"]:
         for batch in sorted({r["batch"] for r in pair["rows"]}):
             passes = from_choices(pair["rows"], batch)
