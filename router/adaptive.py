@@ -19,7 +19,8 @@ its bookkeeping, by how much no part's own time tells. Only whole rounds
 show it, and they are read at no cost (no read-back to wait for).
 
 Where none has run, the price is built from its parts, timed every
-``time_every`` rounds (and on the first few): a timed round reads its
+``time_every`` rounds (and on the first few), halfway between probes (a
+probe must be sent ahead to be measured whole): a timed round reads its
 drafts back before verifying them, so the draft's steps and the verify are
 timed apart (by batch size and by tokens in the step), and the engine's own
 work is timed every round (by batch size); step sizes not measured are
@@ -138,11 +139,15 @@ class KChooser:
 
     def timed(self, round_number: int) -> bool:
         """Whether round ``round_number`` (from 1) is timed: the first ``time_first``
-        rounds, rounds time_every + 1, 2 time_every + 1, ..., and, once settled
-        at k = 0, a probe up (its draft catches up first, so it is not
-        measured whole, and its verify would never be priced otherwise)."""
+        rounds, then one in ``time_every`` halfway between those that probe
+        (rounds time_every / 2 + 1, 3 time_every / 2 + 1, ...: a probe is sent
+        ahead, so its k is measured whole, and the settled k's verify is timed
+        again), and, once settled at k = 0, a probe up (its draft catches up
+        first, so it is not measured whole, and its verify would never be
+        priced otherwise)."""
         config = self.config
-        if round_number <= config.time_first or (round_number - 1) % config.time_every == 0:
+        every = config.time_every
+        if round_number <= config.time_first or (round_number - 1) % every == every // 2:
             return True
         return self._settled == 0 and self._probe(round_number) > 0
 
@@ -230,13 +235,16 @@ class KChooser:
             self.draft_step_s.add(batch, draft_s / k)
         self.target_step_s.add(batch * (k + 1), verify_s)
 
-    def observe_whole(self, batch: int, k: int, seconds: float) -> None:
-        """A round of ``k`` drafts over ``batch`` sequences, drafted ahead, took
-        ``seconds`` from the end of the round before to its own."""
+    def observe_whole(
+        self, batch: int, k: int, seconds: float, round_number: int | None = None
+    ) -> None:
+        """Round ``round_number`` (None: the latest chosen for), of ``k`` drafts
+        over ``batch`` sequences, drafted ahead, took ``seconds`` from the end of
+        the round before to its own."""
         whole = self.round_s.get(batch)
         if whole is None:
             whole = self.round_s[batch] = StepTimes(self.config.window)
-        whole.add(k, seconds, at=self._round)
+        whole.add(k, seconds, at=self._round if round_number is None else round_number)
 
     def observe_between(self, batch: int, seconds: float) -> None:
         """The engine's own work from the end of a round of ``batch`` sequences

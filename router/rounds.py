@@ -117,7 +117,8 @@ class Rounds:
             self.chooser.observe_round(len(seqs), k, draft_s, came - drafted)
         if self.chooser is not None and ahead and steady and self._ended is not None:
             # Whole: from the outputs of the round before, which sent this one's drafts.
-            self.chooser.observe_whole(len(seqs), k, came - self._ended.outputs_came)
+            seconds = came - self._ended.outputs_came
+            self.chooser.observe_whole(len(seqs), k, seconds, round_number=self._rounds)
         sent = came
         if self.k:  # (a draft pool to send to)
             self._send_ahead(shares)  # (drafting's own time, not the engine's between rounds)

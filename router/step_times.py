@@ -40,6 +40,7 @@ class StepTimes:
     _sizes: list[int] = field(default_factory=list, init=False, repr=False)  # sorted
     _medians: dict[int, float] = field(default_factory=dict, init=False, repr=False)
     _stamps: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    _last: int | None = field(default=None, init=False, repr=False)  # the size added last
 
     def __post_init__(self) -> None:
         if self.window < 1:
@@ -47,7 +48,7 @@ class StepTimes:
 
     def add(self, size: int, seconds: float, at: int = 0) -> None:
         """A step of ``size`` took ``seconds``, measured at ``at`` on the owner's clock."""
-        self._stamps[size] = at
+        self._stamps[size], self._last = at, size
         latest = self._times.get(size)
         if latest is None:
             latest = self._times[size] = deque(maxlen=self.window)
@@ -56,11 +57,8 @@ class StepTimes:
         self._medians[size] = statistics.median(latest) if len(latest) >= 3 else min(latest)
 
     def forget(self, before: int) -> None:
-        """Drop every size last measured before ``before``, but the latest measured."""
-        if not self._stamps:
-            return
-        latest = max(self._stamps, key=self._stamps.__getitem__)
-        for size in [s for s, at in self._stamps.items() if at < before and s != latest]:
+        """Drop every size last measured before ``before``, but the one added last."""
+        for size in [s for s, at in self._stamps.items() if at < before and s != self._last]:
             del self._times[size], self._medians[size], self._stamps[size]
             self._sizes.remove(size)
 

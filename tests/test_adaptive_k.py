@@ -118,7 +118,7 @@ def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
 
 def test_the_first_few_rounds_are_timed_and_then_one_in_every_few() -> None:
     chooser = KChooser(5, AdaptiveConfig(probe_every=6, time_every=8, time_first=3))
-    assert [r for r in range(1, 30) if chooser.timed(r)] == [1, 2, 3, 9, 17, 25]
+    assert [r for r in range(1, 30) if chooser.timed(r)] == [1, 2, 3, 5, 13, 21, 29]
 
 
 def test_settled_at_k_0_a_probe_up_is_timed() -> None:
@@ -145,7 +145,7 @@ def test_a_pinned_k_does_not_probe_but_times_the_same_rounds() -> None:
     pinned.pin(2)
     assert [pinned.choose(batch=1, round_number=r) for r in range(1, 13)] == [2] * 12
     timed = [r for r in range(1, 13) if pinned.timed(r)]
-    assert timed == [r for r in range(1, 13) if free.timed(r)] == [1, 2, 5, 9]
+    assert timed == [r for r in range(1, 13) if free.timed(r)] == [1, 2, 3, 7, 11]
 
 
 def test_a_k_whose_rounds_were_measured_whole_is_priced_as_measured() -> None:
@@ -261,3 +261,11 @@ def test_a_whole_rounds_price_not_measured_again_is_forgotten_for_its_parts() ->
     for r in range(2, 70):
         chooser.observe_whole(batch=1, k=0, seconds=0.005)  # measured again every round
         assert (chooser.choose(batch=1, round_number=r) > 0) == (r > 64)
+
+
+def test_with_the_defaults_no_probe_is_timed_so_each_is_measured_whole() -> None:
+    chooser = measured(0.6, draft_s=0.0008, verify_s={1: 0.005, 4: 0.005})
+    chooser.config = AdaptiveConfig()
+    best = chooser.best(batch=1)
+    probes = [r for r in range(1, 200) if chooser.choose(batch=1, round_number=r) != best]
+    assert len(probes) > 8 and not [r for r in probes if chooser.timed(r)]

@@ -162,8 +162,8 @@ def whole_rounds(chooser: KChooser) -> list[int]:
     """The k of every round the engine measures whole for ``chooser``, from now on."""
     ks: list[int] = []
     observe = chooser.observe_whole
-    chooser.observe_whole = lambda batch, k, seconds: (  # type: ignore[method-assign]
-        ks.append(k) or observe(batch, k, seconds)
+    chooser.observe_whole = lambda batch, k, seconds, **at: (  # type: ignore[method-assign]
+        ks.append(k) or observe(batch, k, seconds, **at)
     )
     return ks
 
@@ -281,3 +281,20 @@ def test_a_sequence_its_length_ends_is_left_out_of_the_next_rounds_mix() -> None
     # The round the short one ended in: counted in the batch, not in the mix.
     assert any(batch == 2 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
     assert all(room > 0 for _, rooms in asked for room in rooms or [])
+
+
+def test_a_whole_round_is_stamped_with_its_own_round_number() -> None:
+    # Prices not measured for a while are forgotten by these stamps, so they
+    # must count rounds, seeded ones (which the chooser does not choose) too.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=10**9, time_first=1, time_every=1000))
+    llm.engine.rounds.chooser = chooser
+    stamps: list[int] = []
+    observe = chooser.observe_whole
+    chooser.observe_whole = lambda batch, k, seconds, round_number=None: (  # type: ignore[method-assign]
+        stamps.append(round_number) or observe(batch, k, seconds, round_number)
+    )
+    seeded = SamplingParams(temperature=1.0, seed=7, max_tokens=24, ignore_eos=True)
+    llm.generate(["def f(x):"], seeded, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list) and stamps == list(range(2, sum(rounds) + 1))

@@ -83,7 +83,7 @@ def test_only_timed_rounds_read_the_drafts_back_before_verifying() -> None:
         acceptance_kind=GREEDY,
         room=100,
     )
-    chooser = KChooser(3, AdaptiveConfig(time_first=1, time_every=2))
+    chooser = KChooser(3, AdaptiveConfig(time_first=1, time_every=4))
     chooser.pin(3)
     drafter = SimpleNamespace(
         k=3, send=lambda seqs, k: (seqs, k), receive=lambda plan, seqs: Drafts.of(propose(*plan))

@@ -90,5 +90,7 @@ def test_sizes_not_measured_since_a_round_are_forgotten_but_the_latest() -> None
     times.add(3, 0.030, at=9)
     times.forget(before=6)
     assert times.count(1) == times.count(2) == 0 and times.get(3) == 0.030
+    assert times.nearest(1) == 3 and times.get(2) == 0.030  # as if never measured
+    times.add(4, 0.040, at=9)
     times.forget(before=100)
-    assert times.get(3) == 0.030  # the latest measured stays
+    assert times.count(3) == 0 and times.get(4) == 0.040  # the one added last stays
