@@ -73,10 +73,6 @@ class Acceptance:
             self.reached[j] = decay * self.reached[j] + 1
             self.accepted[j] = decay * self.accepted[j] + (j < accepted)
 
-    def expected_tokens(self, k: int) -> float:
-        """E(k): tokens a round of k drafts gains a sequence."""
-        return self.curve(k)[k]
-
     def curve(self, k_max: int) -> list[float]:
         """[E(0), ..., E(k_max)]."""
         totals, total, chance, rate = [1.0], 1.0, 1.0, 0.0

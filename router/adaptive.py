@@ -117,7 +117,6 @@ class KChooser:
         self.acceptance = AcceptanceByKind(k_max)
         self.pinned: int | None = None
         self._settled = k_max  # the last round's best k (before any probe)
-        self._round = 0  # the latest round chosen for
 
     def pin(self, k: int | None) -> None:
         """Draft exactly ``k`` tokens every round from now on (None: choose again);
@@ -165,7 +164,6 @@ class KChooser:
         more than the sequence with the most room can keep. Where it is
         settled is chosen as if every sequence had room for k_max drafts:
         a k drafted because sequences end soon is not a k it chose."""
-        self._round = round_number
         if self.pinned is not None:
             return self.pinned
         whole = self.round_s.get(batch)
@@ -235,16 +233,14 @@ class KChooser:
             self.draft_step_s.add(batch, draft_s / k)
         self.target_step_s.add(batch * (k + 1), verify_s)
 
-    def observe_whole(
-        self, batch: int, k: int, seconds: float, round_number: int | None = None
-    ) -> None:
-        """Round ``round_number`` (None: the latest chosen for), of ``k`` drafts
+    def observe_whole(self, batch: int, k: int, seconds: float, round_number: int) -> None:
+        """Round ``round_number``, of ``k`` drafts
         over ``batch`` sequences, drafted ahead, took ``seconds`` from the end of
         the round before to its own."""
         whole = self.round_s.get(batch)
         if whole is None:
             whole = self.round_s[batch] = StepTimes(self.config.window)
-        whole.add(k, seconds, at=self._round if round_number is None else round_number)
+        whole.add(k, seconds, at=round_number)
 
     def observe_between(self, batch: int, seconds: float) -> None:
         """The engine's own work from the end of a round of ``batch`` sequences

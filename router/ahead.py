@@ -16,7 +16,7 @@ that was not drafted for is read from its state (rounds after k = 0).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -123,6 +123,13 @@ def cut_next(
     return [facts.seq_ids[i] for i in covered]
 
 
+def goes_on(facts: ShareFacts, i: int, gained: int, tokens: Sequence[int]) -> bool:
+    """Whether sequence ``i`` of a share goes on after gaining ``tokens``
+    (``gained`` of them): neither its length nor a stop token (or EOS) ends it."""
+    stops = facts.stops[i]
+    return gained < facts.room[i] and not (stops and not stops.isdisjoint(tokens))
+
+
 def _cut(
     facts: ShareFacts, outputs: VerifyColumns, k: int, workers: Collection[int], max_len: int
 ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
@@ -130,7 +137,7 @@ def _cut(
     draft worker up, what the draft keeps of each, and what it lacks (counts,
     and the tokens concatenated)."""
     flat, failed, accepted = outputs.token_ids, outputs.failed, outputs.num_accepted
-    room, worker, before, stops = facts.room, facts.draft_worker, facts.before, facts.stops
+    worker, before = facts.draft_worker, facts.before
     drafted, seqs = facts.drafted, facts.seqs
     limit = max_len - k + 1  # the longest a sequence may be to hold k - 1 drafts more
     covered: list[int] = []
@@ -145,11 +152,11 @@ def _cut(
         if i in failed or (worker[i] not in workers and length <= limit):
             continue  # it starts again, or is placed on another draft worker
         covered.append(i)
-        if gained >= room[i] or length > limit or worker[i] not in workers:
-            continue  # its length ends it, or it is too long to draft for
+        if length > limit or worker[i] not in workers:
+            continue  # too long to draft for
         tokens = flat[start:end]
-        if stops[i] and not stops[i].isdisjoint(tokens):
-            continue  # a stop token or EOS: it surely finishes
+        if not goes_on(facts, i, gained, tokens):
+            continue  # it surely finishes
         n = drafted[i]
         if n:  # it holds its first n - 1 drafts: it keeps those accepted
             keep = min(n - 1, accepted[i])

@@ -36,7 +36,7 @@ from model_runtime.errors import WorkerUnavailableError
 from protos.batch_columns import VerifyColumns
 from protos.messages import read_back
 from router.adaptive import KChooser
-from router.ahead import NextDrafts, ShareFacts, cut_next
+from router.ahead import NextDrafts, ShareFacts, cut_next, goes_on
 from router.drafting import Drafter, Drafts, Plan
 from router.metrics import SpeculationMetrics
 from router.sequence import SequenceState
@@ -258,10 +258,7 @@ def _going_on(
                 continue
             batch += 1
             every.append(facts.kinds[i])
-            stops = facts.stops[i]
-            if facts.room[i] > gained and not (
-                stops and not stops.isdisjoint(columns.token_ids[start:end])
-            ):
+            if goes_on(facts, i, gained, columns.token_ids[start:end]):
                 kinds.append(facts.kinds[i])
                 rooms.append(facts.room[i] - gained)
     return (batch, kinds, rooms) if kinds else (batch, every, None)

@@ -155,7 +155,7 @@ def test_a_k_whose_rounds_were_measured_whole_is_priced_as_measured() -> None:
     by_parts = chooser.best(batch=1)
     cheaper = by_parts + 2
     for k in (by_parts, cheaper):  # here the draft's steps are all but hidden
-        chooser.observe_whole(batch=1, k=k, seconds=0.005 + k * 0.0002)
+        chooser.observe_whole(batch=1, k=k, seconds=0.005 + k * 0.0002, round_number=1)
     assert chooser.price(1, cheaper) == pytest.approx(0.005 + cheaper * 0.0002)
     assert chooser.best(batch=1) == cheaper
 
@@ -163,8 +163,8 @@ def test_a_k_whose_rounds_were_measured_whole_is_priced_as_measured() -> None:
 def test_a_k_not_measured_whole_is_priced_by_its_parts_scaled_as_the_nearest_was() -> None:
     chooser = measured(0.6, draft_s=0.002, verify_s={1: 0.005, 6: 0.006})
     parts = {k: chooser.price(1, k) for k in range(6)}
-    chooser.observe_whole(batch=1, k=4, seconds=0.5 * parts[4])
-    chooser.observe_whole(batch=1, k=1, seconds=0.8 * parts[1])
+    chooser.observe_whole(batch=1, k=4, seconds=0.5 * parts[4], round_number=1)
+    chooser.observe_whole(batch=1, k=1, seconds=0.8 * parts[1], round_number=1)
     assert chooser.price(1, 5) == pytest.approx(0.5 * parts[5])
     assert chooser.price(1, 3) == pytest.approx(0.5 * parts[3])
     assert chooser.price(1, 2) == pytest.approx(0.8 * parts[2])  # a tie: the smaller k
@@ -174,7 +174,7 @@ def test_a_k_not_measured_whole_is_priced_by_its_parts_scaled_as_the_nearest_was
 def test_a_k_measured_whole_at_another_batch_size_is_priced_by_its_parts() -> None:
     chooser = measured(0.6, draft_s=0.002, verify_s={1: 0.005, 6: 0.006})
     by_parts = chooser.price(1, 3)
-    chooser.observe_whole(batch=4, k=3, seconds=0.001)
+    chooser.observe_whole(batch=4, k=3, seconds=0.001, round_number=1)
     assert chooser.price(1, 3) == by_parts
 
 
@@ -255,11 +255,11 @@ def test_a_whole_rounds_price_not_measured_again_is_forgotten_for_its_parts() ->
     # Settled at k = 0, a k above is not measured whole again: a price it had
     # once (here inflated) would hold the chooser at 0 for good.
     chooser = measured(0.5, draft_s=0.0004, verify_s={1: 0.005, 6: 0.005})
-    chooser.observe_whole(batch=1, k=0, seconds=0.005)
-    chooser.observe_whole(batch=1, k=1, seconds=0.020)
+    chooser.observe_whole(batch=1, k=0, seconds=0.005, round_number=0)
+    chooser.observe_whole(batch=1, k=1, seconds=0.020, round_number=0)
     assert chooser.choose(batch=1, round_number=1) == 0
     for r in range(2, 70):
-        chooser.observe_whole(batch=1, k=0, seconds=0.005)  # measured again every round
+        chooser.observe_whole(batch=1, k=0, seconds=0.005, round_number=r)  # again every round
         assert (chooser.choose(batch=1, round_number=r) > 0) == (r > 64)
 
 

@@ -162,8 +162,8 @@ def whole_rounds(chooser: KChooser) -> list[int]:
     """The k of every round the engine measures whole for ``chooser``, from now on."""
     ks: list[int] = []
     observe = chooser.observe_whole
-    chooser.observe_whole = lambda batch, k, seconds, **at: (  # type: ignore[method-assign]
-        ks.append(k) or observe(batch, k, seconds, **at)
+    chooser.observe_whole = lambda batch, k, seconds, round_number: (  # type: ignore[method-assign]
+        ks.append(k) or observe(batch, k, seconds, round_number)
     )
     return ks
 
@@ -291,7 +291,7 @@ def test_a_whole_round_is_stamped_with_its_own_round_number() -> None:
     llm.engine.rounds.chooser = chooser
     stamps: list[int] = []
     observe = chooser.observe_whole
-    chooser.observe_whole = lambda batch, k, seconds, round_number=None: (  # type: ignore[method-assign]
+    chooser.observe_whole = lambda batch, k, seconds, round_number: (  # type: ignore[method-assign]
         stamps.append(round_number) or observe(batch, k, seconds, round_number)
     )
     seeded = SamplingParams(temperature=1.0, seed=7, max_tokens=24, ignore_eos=True)
