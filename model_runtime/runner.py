@@ -48,7 +48,12 @@ class ModelRunner:
         self.limits = limits or BatchLimits()
         self.device = model.lm_head.weight.device
         self.vocab_size = model.config.vocab_size
-        self.ops = ops or ops_for(self.device, model.num_kv_heads_per_rank)
+        heads = model.config
+        self.ops = ops or ops_for(
+            self.device,
+            model.num_kv_heads_per_rank,
+            heads.num_attention_heads // heads.num_key_value_heads,
+        )
         self.graphs: StepGraphs | None = None
         self.counts = StepCounts()
         self._windows = set(model.config.sliding_windows)

@@ -24,7 +24,11 @@ def runner_for(folder: Path, ops: str, block_size: int = 4) -> ModelRunner:
     # A small block size makes every sequence span several blocks.
     runner = runner_of(folder, num_blocks=64, block_size=block_size, dtype="float32")
     if ops == "triton":
-        runner.ops = TritonOps(runner.model.num_kv_heads_per_rank)
+        config = runner.model.config
+        runner.ops = TritonOps(
+            runner.model.num_kv_heads_per_rank,
+            config.num_attention_heads // config.num_key_value_heads,
+        )
     return runner
 
 

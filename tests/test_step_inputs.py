@@ -32,7 +32,10 @@ from tests.conftest import random_tokens, runner_of
 @pytest.fixture
 def runner(qwen3_checkpoint: Path) -> ModelRunner:
     runner = runner_of(qwen3_checkpoint, num_blocks=64, block_size=4, dtype="float32")
-    runner.ops = TritonOps(runner.model.num_kv_heads_per_rank)
+    config = runner.model.config
+    runner.ops = TritonOps(
+        runner.model.num_kv_heads_per_rank, config.num_attention_heads // config.num_key_value_heads
+    )
     for seq, length in ((1, 9), (2, 5), (3, 13), (4, 7)):
         runner.forward([SequenceChunk(seq, random_tokens(length, seq))])
     return runner

@@ -11,9 +11,10 @@ from model_runtime.kernels.activation import silu_and_mul
 from model_runtime.kernels.norm import rms_norm
 from model_runtime.kernels.paged_attention import num_splits_for, paged_attention, query_block
 from model_runtime.kernels.rotary_cache import rotary_and_cache
-from model_runtime.kernels.skinny_matmul import MAX_ROWS, TileConfig, skinny_matmul
+from model_runtime.kernels.skinny_matmul import MAX_ROWS, MOST_ROWS, TileConfig, skinny_matmul
 from model_runtime.layers.norm import rms_norm_reference
 from model_runtime.layers.rotary import rotate_half
+from model_runtime.ops.triton_ops import TritonOps
 
 
 def ragged_pool(
@@ -106,6 +107,13 @@ def test_small_batches_split_their_keys_and_large_ones_do_not() -> None:
     assert num_splits_for(512, max_keys=4096) == 1
 
 
+def test_a_verify_at_small_batch_splits_its_keys_and_a_long_prefill_does_not() -> None:
+    ops = TritonOps(num_kv_heads=8, group=4)  # Qwen3-8B's heads
+    assert ops.num_splits(1, max_query_len=9, max_keys=4096) == 16  # 8 tiles
+    assert ops.num_splits(4, max_query_len=9, max_keys=4096) == 8  # 32 tiles
+    assert ops.num_splits(1, max_query_len=512, max_keys=4096) == 1  # 256 tiles
+
+
 @pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
 def test_any_query_length_compiles_one_of_a_handful_of_tile_sizes(group: int) -> None:
     # The tile size is a compile-time constant: one per query length would
@@ -139,7 +147,7 @@ def test_silu_and_mul_gives_the_reference() -> None:
 
 # The interpreter multiplies bfloat16 tiles wrongly in tl.dot on the CPU, so
 # the matmul is checked in float32 here and in bfloat16 by the GPU check.
-@pytest.mark.parametrize("rows", [1, 5, MAX_ROWS])
+@pytest.mark.parametrize("rows", [1, 5, MAX_ROWS, 36, MOST_ROWS])
 @pytest.mark.parametrize("bias", [False, True])
 def test_skinny_matmul_gives_the_linear_layer(rows: int, bias: bool) -> None:
     # 80 outputs over tiles of 32 and 72 inputs over steps of 32: both ragged.
@@ -157,8 +165,8 @@ def test_skinny_matmul_reads_rows_with_a_stride() -> None:
 
 
 def test_skinny_matmul_refuses_more_rows_than_it_pads_to() -> None:
-    with pytest.raises(ValueError, match="at most 16 rows"):
-        skinny_matmul(torch.randn(MAX_ROWS + 1, 32), torch.randn(16, 32))
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        skinny_matmul(torch.randn(MOST_ROWS + 1, 32), torch.randn(16, 32))
 
 
 def test_skinny_tiles_widen_for_wide_weights() -> None:
@@ -213,7 +221,7 @@ def test_the_triton_path_sends_few_rows_to_the_skinny_matmul_and_more_to_the_lib
         return skinny_matmul(x, weight, bias)
 
     monkeypatch.setattr(triton_ops, "skinny_matmul", spy)
-    ops, weight = triton_ops.TritonOps(num_kv_heads=1), torch.randn(24, 32)
+    ops, weight = triton_ops.TritonOps(num_kv_heads=1, group=1), torch.randn(24, 32)
     for rows in (1, MAX_ROWS, MAX_ROWS + 1):
         x = torch.randn(rows, 32)
         torch.testing.assert_close(ops.linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-5)

@@ -204,6 +204,11 @@ def query_block(max_query_len: int, group: int) -> int:
     return min(triton.next_power_of_2(max_query_len), 1 << (most.bit_length() - 1))
 
 
+def query_tiles(max_query_len: int, group: int) -> int:
+    """Query tiles of the longest sequence (programs per sequence and KV head)."""
+    return triton.cdiv(max_query_len, query_block(max_query_len, group))
+
+
 def paged_attention(
     q: torch.Tensor,
     k_pool: torch.Tensor,
@@ -227,7 +232,7 @@ def paged_attention(
     group = num_heads // num_kv_heads
     block_q = query_block(max_query_len, group)
     block_m = max(16, triton.next_power_of_2(block_q * group))
-    q_tiles = triton.cdiv(max_query_len, block_q)
+    q_tiles = query_tiles(max_query_len, group)
     block_n = KEY_BLOCK if head_dim <= 128 else KEY_BLOCK // 2
     batch = seq_lens.shape[0]
     out = torch.empty_like(q)

@@ -6,8 +6,9 @@ time is the weight's bytes over the memory bandwidth plus the latency of
 getting there. The library GEMM picks badly for some of these shapes (on an
 H200, 12.7 us for the Qwen3-0.6B output projection, whose weight takes 1 us to
 read); this kernel streams the weight BLOCK_N output features per program,
-BLOCK_K at a time, and pads the rows to 16 inside (the least a ``tl.dot``
-takes). Past ``MAX_ROWS`` rows callers use the library GEMM.
+BLOCK_K at a time, and pads the rows inside to a power of two of at least 16
+(the least a ``tl.dot`` takes), up to ``MOST_ROWS``. Past ``MAX_ROWS`` rows
+callers use the library GEMM.
 
 Measured per projection in benchmarks/results/skinny_matmul_h200.md, where
 fusing the RMSNorm or SiLU * up in front was tried too and lost: the norm's
@@ -25,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROWS = 16
+MAX_ROWS = 16  # where callers switch to the library GEMM
+MOST_ROWS = 64  # the most rows the kernel pads to
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,13 @@ class TileConfig:
                 raise ValueError(f"{name} must be a power of two >= 16, got {value}")
 
     @classmethod
-    def for_shape(cls, n: int, k: int) -> TileConfig:
+    def for_shape(cls, n: int, k: int, rows: int = 1) -> TileConfig:
         """The tiles that measured best for an [n, k] weight at 1 to 16 rows:
-        wider output tiles for wide weights, shorter K steps for the widest."""
-        return cls(block_n=64 if n > 4096 else 32, block_k=128 if n >= 16384 else 256)
+        wider output tiles for wide weights, shorter K steps for the widest.
+        Past 16 rows the row tile grows, so the K step shortens to keep the
+        stages in shared memory."""
+        short = n >= 16384 or rows > 16
+        return cls(block_n=64 if n > 4096 else 32, block_k=128 if short else 256)
 
 
 @triton.jit
@@ -85,22 +90,22 @@ def skinny_matmul(
     bias: torch.Tensor | None = None,
     tiles: TileConfig | None = None,
 ) -> torch.Tensor:
-    """x [M, K] @ weight.T [K, N] (+ bias [N]) -> [M, N], for M <= ``MAX_ROWS``."""
+    """x [M, K] @ weight.T [K, N] (+ bias [N]) -> [M, N], for M <= ``MOST_ROWS``."""
     rows, k = x.shape
     n = weight.shape[0]
-    if rows > MAX_ROWS:
-        raise ValueError(f"skinny_matmul takes at most {MAX_ROWS} rows, got {rows}")
+    if rows > MOST_ROWS:
+        raise ValueError(f"skinny_matmul takes at most {MOST_ROWS} rows, got {rows}")
     if weight.shape[1] != k or x.stride(-1) != 1 or weight.stride(-1) != 1:
         raise ValueError(
             f"expected x [M, K] and weight [N, K] with unit stride, got {tuple(x.shape)}"
             f" and {tuple(weight.shape)}"
         )
-    tiles = tiles or TileConfig.for_shape(n, k)
+    tiles = tiles or TileConfig.for_shape(n, k, rows)
     out = torch.empty((rows, n), dtype=x.dtype, device=x.device)
     _skinny_matmul[(triton.cdiv(n, tiles.block_n),)](
         x, weight, weight if bias is None else bias, out, rows, n, k, x.stride(0), weight.stride(0),
         HAS_BIAS=bias is not None, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        BLOCK_M=MAX_ROWS, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        BLOCK_M=max(16, triton.next_power_of_2(rows)), BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )  # fmt: skip
     return out

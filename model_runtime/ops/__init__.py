@@ -10,10 +10,11 @@ from model_runtime.ops.protocol import Ops
 from model_runtime.ops.torch_ops import TorchOps
 
 
-def ops_for(device: torch.device, num_kv_heads: int) -> Ops:
-    """Triton kernels on CUDA devices, PyTorch elsewhere."""
+def ops_for(device: torch.device, num_kv_heads: int, group: int) -> Ops:
+    """Triton kernels on CUDA devices, PyTorch elsewhere (``group``: query
+    heads per KV head)."""
     if device.type == "cuda":
         from model_runtime.ops.triton_ops import TritonOps
 
-        return TritonOps(num_kv_heads)
+        return TritonOps(num_kv_heads, group)
     return TorchOps()

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from model_runtime.kernels.activation import silu_and_mul
 from model_runtime.kernels.norm import rms_norm
-from model_runtime.kernels.paged_attention import num_splits_for, paged_attention
+from model_runtime.kernels.paged_attention import num_splits_for, paged_attention, query_tiles
 from model_runtime.kernels.rotary_cache import rotary_and_cache
 from model_runtime.kernels.skinny_matmul import MAX_ROWS, skinny_matmul
 from model_runtime.ops.layout import BatchLayout
@@ -42,14 +42,17 @@ class TritonMetadata:
 class TritonOps:
     name = "triton"
 
-    def __init__(self, num_kv_heads: int):
+    def __init__(self, num_kv_heads: int, group: int):
         self.num_kv_heads = num_kv_heads
+        self.group = group  # query heads per KV head
 
     def num_splits(self, batch: int, max_query_len: int, max_keys: int) -> int:
-        """How many ways attention splits each tile's keys for such a batch."""
-        if max_query_len > 1:
-            return 1  # multi-token tiles already give the GPU work enough
-        return num_splits_for(batch * self.num_kv_heads, max_keys)
+        """How many ways attention splits each query tile's keys for such a
+        batch: a decode or a verify at small batch has too few tiles to fill
+        the GPU (a verify at batch 1 of a model with 8 KV heads, 8), a prefill
+        enough."""
+        tiles = batch * self.num_kv_heads * query_tiles(max_query_len, self.group)
+        return num_splits_for(tiles, max_keys)
 
     def metadata(
         self, layout: BatchLayout, device: torch.device, windows: set[int | None]
