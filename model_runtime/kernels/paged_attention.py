@@ -9,9 +9,10 @@ A program takes one tile of a sequence's queries for one KV head: BLOCK_Q
 tokens times the GROUP query heads that share that KV head, so a decode step
 of a grouped-query model still fills the rows of a ``tl.dot``. It walks the
 keys BLOCK_N at a time, looking each position's block up in the block table,
-with an online softmax. Decode batches are small, so the keys of one tile are
-split NUM_SPLITS ways across programs (flash-decoding); a second kernel merges
-the partial results by their log-sum-exp. Padding sequences (q_len 0) write
+with an online softmax. A decode or verify step at small batch has too few
+tiles to fill the GPU, so the keys of one tile are split NUM_SPLITS ways
+across programs (flash-decoding); a second kernel merges the partial results
+by their log-sum-exp. Padding sequences (q_len 0) write
 nothing.
 
 Layouts: q and out ``[T, Hq, D]``; each layer's key and value pool
