@@ -48,12 +48,8 @@ class ModelRunner:
         self.limits = limits or BatchLimits()
         self.device = model.lm_head.weight.device
         self.vocab_size = model.config.vocab_size
-        heads = model.config
-        self.ops = ops or ops_for(
-            self.device,
-            model.num_kv_heads_per_rank,
-            heads.num_attention_heads // heads.num_key_value_heads,
-        )
+        group = model.config.num_attention_heads // model.config.num_key_value_heads
+        self.ops = ops or ops_for(self.device, model.num_kv_heads_per_rank, group)
         self.graphs: StepGraphs | None = None
         self.counts = StepCounts()
         self._windows = set(model.config.sliding_windows)
