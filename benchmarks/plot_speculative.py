@@ -8,8 +8,8 @@ beside the theory E / (k c + 1).
 writes ``<name>_vs_k.png`` and ``<name>_vs_concurrency.png`` beside the JSON,
 and prints each adaptive pass's tokens/s beside the rate its choices of k
 would give at the pinned rows' cost and gain a round (``from_choices``), and
-adaptive against the k that was best on the first pass, read on the later
-passes (``held_out``).
+adaptive against the k that was best on the first pass, both read on the
+later passes (``held_out``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 import matplotlib
@@ -96,8 +97,7 @@ def held_out(rows: list[dict[str, Any]], batch: int) -> tuple[int, float] | None
     if not pinned or min(len(runs) for runs in pinned.values()) < 2:
         return None
     best = max(pinned, key=lambda k: pinned[k][0])
-    later = pinned[best][1:]
-    return best, sum(later) / len(later)
+    return best, mean(pinned[best][1:])
 
 
 def plot_vs_k(points: list[dict[str, Any]], path: Path) -> None:
@@ -157,11 +157,13 @@ def main() -> None:
             said = ", ".join(f"{rate:.0f} of {predicted:.0f}" for rate, predicted in passes)
             print(f"{pair['wanted_acceptance']} batch {batch}: adaptive, of its k's rate: {said}")
             chosen = held_out(pair["rows"], batch)
-            adaptive = next(r for r in pair["rows"] if r["batch"] == batch and r["k"] == "adaptive")
             if chosen is not None:
                 k, rate = chosen
+                adaptive = next(
+                    r for r in pair["rows"] if r["batch"] == batch and r["k"] == "adaptive"
+                )["runs_tokens_per_s"][1:]  # the same passes
                 print(f"{pair['wanted_acceptance']} batch {batch}: adaptive / k = {k} (best on "
-                      f"pass 1) on later passes {adaptive['tokens_per_s'] / rate:.3f}")  # fmt: skip
+                      f"pass 1) on later passes {mean(adaptive) / rate:.3f}")  # fmt: skip
 
 
 if __name__ == "__main__":
