@@ -29,8 +29,9 @@ full, so it is scaled by what the nearest k measured whole at the batch
 size cost against its own sum: the parts give the shape of the price over
 k, whole rounds its level. What it has not run it learns by probing: every
 ``probe_every`` rounds (from round probe_every + 1) it drafts one token
-more than its choice, or one fewer, by turns, so a draft that turns good is
-noticed and the price of each neighbouring k is measured; positions never
+more than its choice, or one fewer, by turns (at k = 0 or k_max, the one
+neighbour there is, every time), so a draft that turns good is noticed and
+the price of each neighbouring k is measured; positions never
 reached borrow the acceptance of the last one measured. Acceptance counts
 decay and prices are the median of the latest few, so both follow a
 changing workload, at the sizes still in use. A whole round's price not
@@ -117,6 +118,14 @@ class KChooser:
         self.acceptance = AcceptanceByKind(k_max)
         self.pinned: int | None = None
         self._settled = k_max  # the last round's best k (before any probe)
+        # Rounds served, which number them: a chooser set aside for a while
+        # (another in its place) does not count the rounds it did not serve.
+        self.rounds = 0
+
+    def count_round(self) -> int:
+        """Count a round starting; its number (from 1)."""
+        self.rounds += 1
+        return self.rounds
 
     def pin(self, k: int | None) -> None:
         """Draft exactly ``k`` tokens every round from now on (None: choose again);
@@ -138,17 +147,23 @@ class KChooser:
 
     def timed(self, round_number: int) -> bool:
         """Whether round ``round_number`` (from 1) is timed: the first ``time_first``
-        rounds, then one in ``time_every`` halfway between those that probe
-        (rounds time_every / 2 + 1, 3 time_every / 2 + 1, ...: a probe is sent
-        ahead, so its k is measured whole, and the settled k's verify is timed
-        again), and, once settled at k = 0, a probe up (its draft catches up
-        first, so it is not measured whole, and its verify would never be
-        priced otherwise)."""
+        rounds, then one in ``time_every``, halfway between those that probe
+        where both are alike (rounds time_every / 2 + 1, 3 time_every / 2 + 1,
+        ...), and never a probe (the round after, where one falls there): a
+        probe is sent ahead, so its k is measured whole, and the settled k's
+        verify is timed again; and, once settled at k = 0, a probe up (its
+        draft catches up first, so it is not measured whole, and its verify
+        would never be priced otherwise)."""
         config = self.config
         every = config.time_every
-        if round_number <= config.time_first or (round_number - 1) % every == every // 2:
+        if round_number <= config.time_first:
             return True
-        return self._settled == 0 and self._probe(round_number) > 0
+        probe = self._probe(round_number, self._settled)
+        # Halfway, or the round after where that one probes (a probe is measured whole).
+        after = (round_number - 1 - every // 2) % every
+        if (after == 0 and not probe) or (after == 1 and self._probe(round_number - 1, 1)):
+            return True
+        return self._settled == 0 and probe > 0
 
     def choose(
         self,
@@ -174,12 +189,17 @@ class KChooser:
         self._settled = self.best(batch, free)
         best = self._settled if free == mix else self.best(batch, mix)
         most = max(most for _, most in mix) if mix else self.k_max
-        return min(max(best + self._probe(round_number), 0), most)
+        return min(max(best + self._probe(round_number, best), 0), most)
 
-    def _probe(self, round_number: int) -> int:
-        """+1 or -1 on a probe round (by turns), else 0."""
+    def _probe(self, round_number: int, k: int) -> int:
+        """+1 or -1 from ``k`` on a probe round (by turns; the other way where
+        the turn's would leave 0..k_max: at an end every probe tries the one
+        neighbour there is), else 0."""
         turn, rest = divmod(round_number - 1, self.config.probe_every)
-        return 0 if rest or not turn else 1 if turn % 2 else -1
+        if rest or not turn:
+            return 0
+        step = 1 if turn % 2 else -1
+        return step if 0 <= k + step <= self.k_max else -step
 
     def best(self, batch: int, mix: Mix | None = None) -> int:
         """The k with the most expected tokens per second (k_max while unmeasured);

@@ -77,7 +77,6 @@ class Rounds:
         self.overlap = overlap
         self.k = drafter.k
         self._turn = 0  # the micro-batch to verify next, with overlap
-        self._rounds = 0
         self._ended: _Ended | None = None
         self._ahead: _Ahead | None = None
 
@@ -90,8 +89,10 @@ class Rounds:
             return shares
         seqs = list(running)
         lag = {s.seq_id: s.num_tokens - s.draft_cached for s in seqs}  # tokens the draft lacks
-        self._rounds += 1
-        timed = self._timed(self._rounds)
+        number = self.chooser.count_round() if self.chooser is not None else 0
+        # Decided when the round before sent (or did not send) these drafts ahead:
+        # choosing this round's k since may have moved the chooser's schedule.
+        timed = self._timed(number) and self._ahead is None
         ahead = self._ahead is not None and all(s.seq_id in self._ahead.seq_ids for s in seqs)
         start = time.perf_counter()
         if self.chooser is not None and self._ended is not None:
@@ -118,7 +119,7 @@ class Rounds:
         if self.chooser is not None and ahead and steady and self._ended is not None:
             # Whole: from the outputs of the round before, which sent this one's drafts.
             seconds = came - self._ended.outputs_came
-            self.chooser.observe_whole(len(seqs), k, seconds, round_number=self._rounds)
+            self.chooser.observe_whole(len(seqs), k, seconds, round_number=number)
         sent = came
         if self.k:  # (a draft pool to send to)
             self._send_ahead(shares)  # (drafting's own time, not the engine's between rounds)
@@ -149,6 +150,11 @@ class Rounds:
         if self.chooser is not None:
             self.chooser.observe_acceptance(k, num_accepted, seq.acceptance_kind)
 
+    @property
+    def _number(self) -> int:
+        """The round number of the round under way (its chooser's count)."""
+        return self.chooser.rounds if self.chooser is not None else 0
+
     def _timed(self, round_number: int) -> bool:
         return self.chooser is not None and self.chooser.timed(round_number)
 
@@ -174,7 +180,7 @@ class Rounds:
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             kinds, rooms = [s.acceptance_kind for s in seqs], [s.room for s in seqs]
-            k = self._choose(kinds, rooms, _seeded(seqs), self._rounds)
+            k = self._choose(kinds, rooms, _seeded(seqs), self._number)
             return k, Drafts(), self.drafter.send(seqs, k) if k else None
         late = [s for s in seqs if s.seq_id not in ahead.seq_ids]
         if not late:
@@ -184,7 +190,7 @@ class Rounds:
         # Their own k (at the round's batch): the ahead one may be cut short by
         # the rooms of the sequences it was chosen for.
         kinds, rooms = [s.acceptance_kind for s in late], [s.room for s in late]
-        k = self._choose(kinds, rooms, _seeded(late), self._rounds, len(seqs))
+        k = self._choose(kinds, rooms, _seeded(late), self._number, len(seqs))
         early = [s for s in seqs if s.seq_id in ahead.seq_ids]  # their workers' load counts
         return ahead.k, drafts, self.drafter.send(late, k, beside=early) if k else None
 
@@ -206,7 +212,7 @@ class Rounds:
     def _send_ahead(self, shares: list[Verified]) -> None:
         """Ask for the next round's drafts for the sequences that go on, cut from
         the outputs' columns (router/ahead.py) before anything else reads them."""
-        if self._timed(self._rounds + 1):
+        if self._timed(self._number + 1):
             return
         live = [
             (s.facts, VerifyColumns.of(s.outputs))
@@ -219,7 +225,7 @@ class Rounds:
         if not batch:  # every sequence failed: each starts again
             return
         seeded = any(facts.seeded for facts, _ in live)
-        k = self._choose(kinds, rooms, seeded, self._rounds + 1, batch)
+        k = self._choose(kinds, rooms, seeded, self._number + 1, batch)
         workers, max_len = self.drafter.up_to()
         parts: dict[int, NextDrafts] = {}
         seq_ids: list[int] = []  # those whose next drafts are seen to

@@ -116,9 +116,26 @@ def test_probes_try_one_token_more_and_one_fewer_by_turns() -> None:
     assert picks == [best] * 4 + [best + 1] + [best] * 3 + [best - 1]
 
 
+def test_at_either_end_every_probe_tries_the_one_neighbour_there_is() -> None:
+    unmeasured = KChooser(5, AdaptiveConfig(probe_every=4))  # it drafts k_max
+    picks = [unmeasured.choose(batch=1, round_number=r) for r in range(1, 14)]
+    assert picks == [5] * 4 + [4] + [5] * 3 + [4] + [5] * 3 + [4]
+    never = measured(0.0, draft_s=0.001, verify_s={1: 0.005})
+    never.config = AdaptiveConfig(probe_every=4)
+    picks = [never.choose(batch=1, round_number=r) for r in range(1, 14)]
+    assert picks == [0] * 4 + [1] + [0] * 3 + [1] + [0] * 3 + [1]
+
+
 def test_the_first_few_rounds_are_timed_and_then_one_in_every_few() -> None:
-    chooser = KChooser(5, AdaptiveConfig(probe_every=6, time_every=8, time_first=3))
+    chooser = KChooser(5, AdaptiveConfig(probe_every=10**9, time_every=8, time_first=3))
     assert [r for r in range(1, 30) if chooser.timed(r)] == [1, 2, 3, 5, 13, 21, 29]
+
+
+def test_a_timing_that_falls_on_a_probe_moves_to_the_round_after() -> None:
+    # Sent ahead, a probe is measured whole; timed, it would not be.
+    chooser = KChooser(5, AdaptiveConfig(probe_every=6, time_every=8, time_first=3))
+    assert chooser.choose(batch=1, round_number=13) == 4  # a probe down from k_max
+    assert [r for r in range(1, 30) if chooser.timed(r)] == [1, 2, 3, 5, 14, 21, 29]
 
 
 def test_settled_at_k_0_a_probe_up_is_timed() -> None:
@@ -127,8 +144,8 @@ def test_settled_at_k_0_a_probe_up_is_timed() -> None:
     chooser = measured(0.0, draft_s=0.001, verify_s={1: 0.005})
     chooser.config = AdaptiveConfig(probe_every=4, time_every=100, time_first=1)
     picks = {r: chooser.choose(batch=1, round_number=r) for r in range(1, 14)}
-    assert [r for r, k in picks.items() if k] == [5, 13]  # probes up; 9 probes down
-    assert [r for r in range(2, 14) if chooser.timed(r)] == [5, 13]
+    assert [r for r, k in picks.items() if k] == [5, 9, 13]  # (no k below 0 to probe)
+    assert [r for r in range(2, 14) if chooser.timed(r)] == [5, 9, 13]
 
 
 def test_settled_above_k_0_no_probe_is_timed() -> None:
@@ -140,7 +157,7 @@ def test_settled_above_k_0_no_probe_is_timed() -> None:
 
 def test_a_pinned_k_does_not_probe_but_times_the_same_rounds() -> None:
     # Pinned and chosen rounds pay alike for being timed.
-    config = AdaptiveConfig(probe_every=3, time_every=4, time_first=2)
+    config = AdaptiveConfig(probe_every=4, time_every=4, time_first=2)
     pinned, free = KChooser(5, config), KChooser(5, config)
     pinned.pin(2)
     assert [pinned.choose(batch=1, round_number=r) for r in range(1, 13)] == [2] * 12

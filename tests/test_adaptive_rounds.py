@@ -194,12 +194,14 @@ def test_a_round_whose_draft_caught_up_is_not_measured_whole() -> None:
     llm.generate(["def f(x):"], params, use_tqdm=False)
     rounds = llm.speculation_stats()["rounds_per_k"]
     assert isinstance(rounds, list) and rounds[1] > 0  # probes up from 0 ran
-    assert whole.count(1) == 0 and whole.count(0) == rounds[0] - 1
+    timed = [r for r in range(1, sum(rounds) + 1) if chooser.timed(r)]  # probes up, round 1
+    assert whole.count(1) == 0 and whole.count(0) == sum(rounds) - len(timed)
 
 
 def test_settled_at_k_0_a_probe_up_prices_the_verify_it_runs() -> None:
     llm = make_llm(adaptive_k=True)
-    chooser = KChooser(3, AdaptiveConfig(probe_every=2, time_every=1000, time_first=1))
+    config = AdaptiveConfig(probe_every=2, time_every=1000, time_first=1, window=100)
+    chooser = KChooser(3, config)
     chooser.best = lambda batch, mix=None: 0  # type: ignore[method-assign]
     llm.engine.rounds.chooser = chooser
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
@@ -298,3 +300,38 @@ def test_a_whole_round_is_stamped_with_its_own_round_number() -> None:
     llm.generate(["def f(x):"], seeded, use_tqdm=False)
     rounds = llm.speculation_stats()["rounds_per_k"]
     assert isinstance(rounds, list) and stamps == list(range(2, sum(rounds) + 1))
+
+
+def test_a_chooser_set_aside_counts_only_the_rounds_it_served() -> None:
+    # Its schedule and what it forgets count in its own rounds, not in those
+    # another chooser served meanwhile.
+    llm = make_llm(adaptive_k=True)
+    first = llm.engine.rounds.chooser
+    assert first is not None
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    llm.engine.rounds.chooser = other = KChooser(3)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    llm.engine.rounds.chooser = first
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    rounds = llm.speculation_stats()["rounds_per_k"]
+    assert isinstance(rounds, list) and other.rounds > 0
+    assert first.rounds == sum(rounds) - other.rounds
+
+
+def test_a_round_whose_drafts_were_sent_ahead_is_not_timed() -> None:
+    # Choosing round 5's k (when round 4 sends its drafts) settles at k = 0,
+    # after which the schedule would time round 5, a probe up; but its drafts
+    # already ran ahead, so reading them back would time nothing.
+    llm = make_llm(adaptive_k=True)
+    chooser = KChooser(3, AdaptiveConfig(probe_every=4, time_every=1000, time_first=1))
+    chooser.best = lambda batch, mix=None: 2 if chooser.rounds < 4 else 0  # type: ignore[method-assign]
+    llm.engine.rounds.chooser = chooser
+    timed: list[int] = []
+    observe = chooser.observe_round
+    chooser.observe_round = lambda batch, k, draft_s, verify_s: (  # type: ignore[method-assign]
+        timed.append(chooser.rounds) or observe(batch, k, draft_s, verify_s)
+    )
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    llm.generate(["def f(x):"], params, use_tqdm=False)
+    assert chooser.timed(5) and 5 not in timed and 9 in timed  # 9: no drafts sent ahead
