@@ -158,12 +158,12 @@ class KChooser:
         every = config.time_every
         if round_number <= config.time_first:
             return True
-        probe = self._probe(round_number, self._settled)
         # Halfway, or the round after where that one probes (a probe is measured whole).
         after = (round_number - 1 - every // 2) % every
-        if (after == 0 and not probe) or (after == 1 and self._probe(round_number - 1, 1)):
+        probes = self._probes(round_number)
+        if (after == 0 and not probes) or (after == 1 and self._probes(round_number - 1)):
             return True
-        return self._settled == 0 and probe > 0
+        return self._settled == 0 and probes  # (from k = 0 every probe is up)
 
     def choose(
         self,
@@ -191,14 +191,17 @@ class KChooser:
         most = max(most for _, most in mix) if mix else self.k_max
         return min(max(best + self._probe(round_number, best), 0), most)
 
+    def _probes(self, round_number: int) -> bool:
+        turn, rest = divmod(round_number - 1, self.config.probe_every)
+        return turn > 0 and rest == 0
+
     def _probe(self, round_number: int, k: int) -> int:
         """+1 or -1 from ``k`` on a probe round (by turns; the other way where
         the turn's would leave 0..k_max: at an end every probe tries the one
         neighbour there is), else 0."""
-        turn, rest = divmod(round_number - 1, self.config.probe_every)
-        if rest or not turn:
+        if not self._probes(round_number):
             return 0
-        step = 1 if turn % 2 else -1
+        step = 1 if (round_number - 1) // self.config.probe_every % 2 else -1
         return step if 0 <= k + step <= self.k_max else -step
 
     def best(self, batch: int, mix: Mix | None = None) -> int:
