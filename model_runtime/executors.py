@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from model_runtime.config import ModelConfig
 from model_runtime.errors import WorkerUnavailableError
+from model_runtime.heap import freeze_startup_heap
 from model_runtime.rank import Rank, RankConfig, WorkerFactory, rendezvous_address
 from model_runtime.resolve import resolve_model
 from model_runtime.specs import ParallelConfig, RunnerSpec
@@ -54,6 +55,7 @@ def _serve_rank(conn: Connection, config: RankConfig, rank: int, init_method: st
     except BaseException as e:  # reported to the parent, which raises it
         conn.send(("error", e))
         return
+    freeze_startup_heap(f"rank {rank}")  # it serves until the pipe closes
     conn.send(("ok", None))
     while True:
         try:
@@ -158,6 +160,7 @@ class _RayRank:
         import os
 
         self.target = Rank(config, rank, init_method, gpu_index=0)  # Ray sets the GPU
+        freeze_startup_heap(f"rank {rank}")  # an actor's process serves only this rank
         return os.getpid()
 
     def run(self, method: str, *args: Any) -> Any:

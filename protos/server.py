@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from model_runtime.heap import freeze_startup_heap
 from protos.tls import PLAIN, TlsConfig
 
 # (add_XServicer_to_server, servicer, full service name) for each service.
@@ -137,8 +138,10 @@ def serve_until_signalled(
 ) -> None:
     """Print ``ready_line`` (with the bound port), serve until SIGTERM or SIGINT,
     then shut down in order: health NOT_SERVING, drain for ``grace_s`` (or until
-    ``idle()``), stop."""
+    ``idle()``), stop. What startup built is frozen first (model_runtime/heap.py):
+    the process serves until it exits."""
     received = catch_termination()
+    freeze_startup_heap(ready_line.partition(" ready")[0])
     print(ready_line.format(port=running.port), flush=True)
     wait_for(received)
     running.stop(grace_s, idle)

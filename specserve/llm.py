@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from tqdm.auto import tqdm
 
+from model_runtime.heap import freeze_startup_heap, thaw_when_freed
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
@@ -56,6 +57,10 @@ class LLM:
         )
         self.engine = LLMEngine(self.config, build_local_workers(self.config))
         self._next_request = 0
+        # A full collection in the middle of a round stalls it (model_runtime/heap.py);
+        # the heap thaws when this LLM is freed, so that its weights can be.
+        freeze_startup_heap("LLM")
+        thaw_when_freed(self)
 
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer

@@ -21,6 +21,7 @@ from typing import Any
 
 from gateway.backends import Backend, LocalBackend
 from gateway.router_backend import RouterBackend
+from model_runtime.heap import freeze_startup_heap
 from model_runtime.resolve import DEFAULT_DRAFT, DEFAULT_TARGET
 from model_runtime.specs import ParallelConfig, RunnerSpec
 from protos.server import DEFAULT_GRACE_S
@@ -219,6 +220,7 @@ def serve(
         stack.callback(backend.close)
         app = _app(config, backend, config.served_model_name or default_name, http)
         banner = _banner(config, parallel, backend)
+        freeze_startup_heap("server")  # it serves until it exits (model_runtime/heap.py)
         run_http(app, http, config.host, config.port, config.grace_s, banner)
 
 
