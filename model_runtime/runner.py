@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
 from model_runtime.batch import BatchLimits, HostBatch, PreparedBatch, SequenceChunk, host_batch
 from model_runtime.graphs import StepGraphs
+from model_runtime.kernels.paged_attention import split_counts
 from model_runtime.kv_cache import PagedKVCache
 from model_runtime.layers.attention import ForwardContext
 from model_runtime.models.llama import LlamaForCausalLM
@@ -64,16 +66,26 @@ class ModelRunner:
             self.model, self.kv_cache, self.ops, self.max_positions, max_batch, self.counts
         )
         self.graphs.capture_startup(query_len)
-        self.compile_query_tiles()
+        self.compile_attention_variants()
 
-    def compile_query_tiles(self) -> None:
-        """Run one eager forward per query-tile size of the attention kernel
-        (``query_block``: 4 to 64 new tokens), so that no later catch-up or
-        short prefill stalls on compiling one (a third of a second each)."""
-        for length in (3, 5, 9, 17, 33):
+    @torch.inference_mode()
+    def compile_attention_variants(self) -> None:
+        """Run one eager forward per variant of the attention kernel an eager
+        step (a catch-up, a prefill, a batch no graph holds) can pick: per
+        query-tile size (``query_block``: 1 to 64 new tokens) and per split
+        count (``split_counts``, which grow with the longest sequence). Each
+        variant compiles once, for a third to a half of a second: mid-run, a
+        round would stall on it."""
+        assert isinstance(self.ops, TritonOps)
+        splits = split_counts(self.max_positions)
+        for length in (1, 2, 3, 5, 9, 17, 33):
             if length > min(self.max_positions, self.limits.max_tokens):
                 break
-            self.forward([SequenceChunk(WARM_UP_SEQ, [0] * length)])
+            batch = self.to_device(self.plan([SequenceChunk(WARM_UP_SEQ, [0] * length)]))
+            for count in splits:  # the same slots rewritten: the cache ends as it was
+                batch.context.attention = replace(batch.context.attention, num_splits=count)
+                self.execute(batch)
+                self.counts.eager += 1
             self.free(WARM_UP_SEQ)
 
     @torch.inference_mode()

@@ -194,6 +194,13 @@ def num_splits_for(num_programs: int, max_keys: int, block_n: int = KEY_BLOCK) -
     return splits
 
 
+def split_counts(max_keys: int, block_n: int = KEY_BLOCK) -> list[int]:
+    """Every count ``num_splits_for`` can choose for walks of up to ``max_keys``
+    keys: each is a compile-time constant, so a kernel variant to compile."""
+    steps = triton.next_power_of_2(max(triton.cdiv(max_keys, block_n), 1))
+    return [1 << i for i in range(min(MAX_SPLITS, steps).bit_length())]
+
+
 def query_block(max_query_len: int, group: int) -> int:
     """New tokens per tile: the longest query rounded up to a power of two,
     at most what 64 rows of tile hold. It is a compile-time constant, so
