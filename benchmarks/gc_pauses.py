@@ -1,15 +1,17 @@
-"""How long Python's collections pause a serving process, with its startup
-heap frozen (as ``LLM`` leaves it, model_runtime/heap.py) and thawed.
+"""How long Python's collections pause an ``LLM`` serving process: a full
+collection with the startup heap frozen (as a served process leaves it,
+model_runtime/heap.py) and thawed, and the collections decoding runs by
+itself (``LLM.generate`` freezes the heap for the length of a call).
 
     PYTHONPATH=. python benchmarks/gc_pauses.py --out gc_pauses.json   # the bundled pair, CPU
     PYTHONPATH=. python benchmarks/gc_pauses.py --target /tmp/ck/pair-target \
         --draft /tmp/ck/pair-draft --device cuda --dtype bfloat16 --batch 64
 
 One ``LLM`` is built; then, frozen, thawed (gc.unfreeze) and frozen again:
-the time of a full collection forced ``--collections`` times (the pause a
-round meets when one falls in it), and every collection the decoding of
-``--rows`` greedy rows at ``--batch`` ran by itself, by generation (count,
-longest, total), beside the rows' tokens/s.
+the time of a full collection forced ``--collections`` times outside
+``generate`` (the pause a round meets when one falls in it), and every
+collection the decoding of ``--rows`` greedy rows at ``--batch`` ran by
+itself, by generation (count, longest, total), beside the rows' tokens/s.
 """
 
 from __future__ import annotations

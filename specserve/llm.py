@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from tqdm.auto import tqdm
 
-from model_runtime.heap import freeze_startup_heap, thaw_when_freed
+from model_runtime.heap import frozen_heap
 from router.config import EngineConfig, SpeculativeConfig
 from router.engine import LLMEngine
 from router.params import SamplingParams
@@ -57,10 +57,6 @@ class LLM:
         )
         self.engine = LLMEngine(self.config, build_local_workers(self.config))
         self._next_request = 0
-        # A full collection in the middle of a round stalls it (model_runtime/heap.py);
-        # the heap thaws when this LLM is freed, so that its weights can be.
-        freeze_startup_heap("LLM")
-        thaw_when_freed(self)
 
     def get_tokenizer(self) -> Any:
         return self.engine.tokenizer
@@ -99,7 +95,11 @@ class LLM:
                 ids, tokenized, sampling_params, strict=True
             )
         ]
-        with tqdm(total=len(requests), desc="Processed prompts", disable=not use_tqdm) as bar:
+        # A full collection in the middle of a round would stall it (model_runtime/heap.py).
+        with (
+            frozen_heap(),
+            tqdm(total=len(requests), desc="Processed prompts", disable=not use_tqdm) as bar,
+        ):
             pending = {r: len(seqs) for r, (_, seqs) in enumerate(requests)}
             owner = {s.seq_id: r for r, (_, seqs) in enumerate(requests) for s in seqs}
             while self.engine.has_unfinished():

@@ -1,51 +1,87 @@
-"""A serving process freezes what its startup built, so that Python's full
-collections (0.1-0.2 s over such a heap) do not stall rounds; an in-process
-LLM thaws it again when it is freed (model_runtime/heap.py)."""
+"""Python's full collections (0.1-0.3 s over a serving process's heap) do not
+walk what a process built before it serves: a served process freezes its
+startup heap for good, and ``LLM.generate`` freezes the heap for the length
+of a call and thaws it after, so that the program's objects, and an LLM it
+drops, are still freed (model_runtime/heap.py)."""
 
 from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import Iterator
+from typing import Any
 
-from specserve import LLM
+import pytest
+
+from specserve import LLM, SamplingParams
 from specserve.launch import service
 
 SPEC = {"model": "specserve/demo-draft", "num_speculative_tokens": 3}
+SHORT = SamplingParams(temperature=0, max_tokens=8)
 
 
 def demo_llm() -> LLM:
     return LLM("specserve/demo-target", dtype="float32", max_model_len=256, speculative_config=SPEC)
 
 
-def test_an_llm_leaves_its_startup_heap_out_of_full_collections() -> None:
+def first_weight(llm: LLM) -> Any:
+    return next(llm.engine.workers.target.runner.model.parameters())  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
     gc.unfreeze()
-    llm = demo_llm()
-    weight = next(llm.engine.workers.target.runner.model.parameters())  # type: ignore[attr-defined]
-    assert gc.get_freeze_count() > 0
-    assert not any(o is weight for o in gc.get_objects())  # a full collection skips it
-    del weight, llm
+    yield
+    gc.unfreeze()
 
 
-def test_freeing_an_llm_frees_its_weights() -> None:
+def test_generate_leaves_the_heap_out_of_full_collections_while_its_rounds_run(
+    thawed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     llm = demo_llm()
-    weight = weakref.ref(next(llm.engine.workers.target.runner.model.parameters()))  # type: ignore[attr-defined]
-    del llm
-    gc.collect()  # the model's modules hold cycles: only a full collection frees them
+    step = llm.engine.step
+    frozen_at_steps: list[int] = []
+
+    def counted() -> Any:
+        frozen_at_steps.append(gc.get_freeze_count())
+        return step()
+
+    monkeypatch.setattr(llm.engine, "step", counted)
+    llm.generate(["def f(x):"] * 4, SHORT)
+    assert frozen_at_steps and min(frozen_at_steps) > 0
+    assert gc.get_freeze_count() == 0  # thawed after the call
+
+
+def test_generate_leaves_a_heap_the_program_froze_frozen(thawed: None) -> None:
+    llm = demo_llm()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    llm.generate(["def f(x):"], SHORT)
+    assert gc.get_freeze_count() >= frozen
+
+
+def test_an_llm_dropped_by_an_owner_in_a_cycle_is_freed_by_a_full_collection(
+    thawed: None,
+) -> None:
+    class Owner:
+        pass
+
+    owner = Owner()
+    owner.me = owner  # type: ignore[attr-defined]
+    owner.llm = demo_llm()  # type: ignore[attr-defined]
+    owner.llm.generate(["def f(x):"], SHORT)  # type: ignore[attr-defined]
+    weight = weakref.ref(first_weight(owner.llm))  # type: ignore[attr-defined]
+    del owner
+    gc.collect()  # the model's modules hold cycles too: only a full collection frees them
     assert weight() is None
 
 
 def test_a_served_worker_freezes_its_startup_heap_before_it_is_ready() -> None:
-    args = (
-        "--model",
-        "specserve/demo-draft",
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        "256",
-        "--num-kv-blocks",
-        "64",
-    )
-    with service("draft-worker", *args) as (_, process):
+    args = ("--model", "specserve/demo-draft", "--dtype", "float32")
+    with service("draft-worker", *args, "--max-model-len", "256", "--num-kv-blocks", "64") as (
+        _,
+        process,
+    ):
         lines = list(process.output_tail)  # type: ignore[attr-defined]
     frozen = [i for i, line in enumerate(lines) if "startup heap frozen" in line]
     ready = [i for i, line in enumerate(lines) if "ready on" in line]
