@@ -187,18 +187,23 @@ def num_splits_for(num_programs: int, max_keys: int, block_n: int = KEY_BLOCK) -
     """How many ways to split each tile's keys so that ``num_programs`` tiles
     fill the GPU: a power of two, no more than the BLOCK_N-key steps of the
     longest walk (rounded up: a short walk split finer ends sooner)."""
-    steps = triton.next_power_of_2(max(triton.cdiv(max_keys, block_n), 1))
+    most = most_splits(max_keys, block_n)
     splits = 1
-    while splits < min(MAX_SPLITS, steps) and num_programs * splits * 2 <= TARGET_PROGRAMS:
+    while splits < most and num_programs * splits * 2 <= TARGET_PROGRAMS:
         splits *= 2
     return splits
+
+
+def most_splits(max_keys: int, block_n: int = KEY_BLOCK) -> int:
+    """The most ways a walk of ``max_keys`` keys is split: MAX_SPLITS, or its
+    BLOCK_N-key steps rounded up to a power of two where fewer."""
+    return min(MAX_SPLITS, triton.next_power_of_2(max(triton.cdiv(max_keys, block_n), 1)))
 
 
 def split_counts(max_keys: int, block_n: int = KEY_BLOCK) -> list[int]:
     """Every count ``num_splits_for`` can choose for walks of up to ``max_keys``
     keys: each is a compile-time constant, so a kernel variant to compile."""
-    steps = triton.next_power_of_2(max(triton.cdiv(max_keys, block_n), 1))
-    return [1 << i for i in range(min(MAX_SPLITS, steps).bit_length())]
+    return [1 << i for i in range(most_splits(max_keys, block_n).bit_length())]
 
 
 def query_block(max_query_len: int, group: int) -> int:
