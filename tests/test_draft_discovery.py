@@ -60,7 +60,10 @@ def engine_with_discovery(
     workers: dict[str, str], answers: Answers
 ) -> tuple[LLMEngine, Discovery[GrpcDraftClient]]:
     remote = build_remote_workers([workers["target"]], [])
-    config = EngineConfig.of("specserve/demo-target", SpeculativeConfig("dns:///" + NAME, K))
+    # k pinned: adaptive k follows measured times, and on a loaded machine may
+    # settle at 0, where no round drafts and no sequence moves between workers.
+    spec = SpeculativeConfig("dns:///" + NAME, K, adaptive_k=False)
+    config = EngineConfig.of("specserve/demo-target", spec)
     engine = LLMEngine(config, remote)
     discovery = Discovery(
         engine.drafts,  # type: ignore[arg-type]
