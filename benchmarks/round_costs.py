@@ -25,7 +25,8 @@ from typing import Any
 from router.rounds import Rounds
 from router.sequence import SequenceState
 
-# One entry of a row's log: [batch, k, drafts sent ahead (0/1), rounds, seconds, tokens].
+# One entry of a row's log: [batch, k, drafts sent ahead (0/1), rounds, seconds, tokens,
+# the slowest round's seconds] (logs written before the slowest was kept have six).
 Entry = list[Any]
 
 
@@ -51,9 +52,11 @@ def round_log(rounds: Rounds) -> Iterator[list[Entry]]:
         before = sum(s.num_tokens for s in seqs)
         shares = run(running)
         key = (len(seqs), state["k"], ahead)
-        entry = totals.setdefault(key, [0, 0.0, 0])
+        entry = totals.setdefault(key, [0, 0.0, 0, 0.0])
+        took = state["came"] - (start if came is None else came)
         entry[0] += 1
-        entry[1] += state["came"] - (start if came is None else came)
+        entry[1] += took
+        entry[3] = max(entry[3], took)
         state["last"] = (key, seqs, before)
         return shares
 
@@ -73,14 +76,15 @@ def round_log(rounds: Rounds) -> Iterator[list[Entry]]:
     finally:
         del rounds.run, rounds.skip_gap, rounds.metrics.record_round
         settle()
-        log += [[*key, n, round(s, 6), t] for key, (n, s, t) in sorted(totals.items())]
+        log += [[*key, n, round(s, 6), t, round(most, 6)]
+                for key, (n, s, t, most) in sorted(totals.items())]  # fmt: skip
 
 
 def split(log: list[Entry], batch: int) -> dict[str, dict[int, list[float]]]:
     """Rounds, seconds and tokens by k: of full-batch rounds with drafts sent
     ahead, of full-batch rounds drafted on the path, and of the tail."""
     parts: dict[str, dict[int, list[float]]] = {"ahead": {}, "on path": {}, "tail": {}}
-    for size, k, ahead, n, seconds, tokens in log:
+    for size, k, ahead, n, seconds, tokens, *_ in log:
         part = "tail" if size < batch else "ahead" if ahead else "on path"
         got = parts[part].setdefault(k, [0, 0.0, 0])
         for i, v in enumerate((n, seconds, tokens)):
@@ -88,8 +92,18 @@ def split(log: list[Entry], batch: int) -> dict[str, dict[int, list[float]]]:
     return parts
 
 
+def slowest(log: list[Entry]) -> str:
+    """The slowest round (batch, k) beside the mean of its kind, where the log keeps it."""
+    kept = [e for e in log if len(e) > 6]
+    if not kept:
+        return ""
+    size, k, _, n, seconds, _, most = max(kept, key=lambda e: e[6])
+    return f"; slowest {1e3 * most:.1f} ms (batch {size}, k{k}; mean {1e3 * seconds / n:.1f})"
+
+
 def describe(log: list[Entry], batch: int) -> str:
-    """Per part: its share of the row's time, and by k rounds, ms a round, tokens a round."""
+    """Per part: its share of the row's time, and by k rounds, ms a round,
+    tokens a round; then the slowest round."""
     parts = split(log, batch)
     total = sum(s for part in parts.values() for _, s, _ in part.values()) or 1.0
     said = []
@@ -98,7 +112,19 @@ def describe(log: list[Entry], batch: int) -> str:
         ks = " ".join(f"k{k}:{n:.0f}x{1e3 * s / n:.2f}ms/{t / n:.1f}t"
                       for k, (n, s, t) in sorted(by_k.items()))  # fmt: skip
         said.append(f"{name} {seconds / total:.0%} [{ks}]")
-    return "; ".join(said)
+    return "; ".join(said) + slowest(log)
+
+
+def stalled(seen: dict[str, Any] | None) -> str:
+    """What benchmarks/stalls.py saw in a pass, where it ran and saw anything."""
+    if not seen:
+        return ""
+    said = [f"compiled {name.split('[')[0]} in {s:.3f} s" for name, s in seen["compiles"]]
+    said += [f"full collection {c['s'] * 1e3:.0f} ms ({c['frozen']} frozen; at {c['where'][-1]})"
+             if isinstance(c, dict) else f"full collection {c * 1e3:.0f} ms"
+             for c in seen["full_collections"]]  # fmt: skip
+    said += [f"{name} {n}" for name, n in seen["cuda"].items() if n]
+    return f"; stalls: {', '.join(said)}" if said else ""
 
 
 def main() -> None:
@@ -110,7 +136,8 @@ def main() -> None:
             for i, log in enumerate(row.get("runs_round_costs", [])):
                 rate = row["runs_tokens_per_s"][i]
                 print(f"{pair['wanted_acceptance']} b{row['batch']} {row['k']} pass {i}: "
-                      f"{rate:.0f} tok/s; {describe(log, row['batch'])}")  # fmt: skip
+                      f"{rate:.0f} tok/s; {describe(log, row['batch'])}"
+                      f"{stalled(row.get('runs_stalls', [None] * (i + 1))[i])}")  # fmt: skip
 
 
 if __name__ == "__main__":

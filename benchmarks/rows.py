@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks.prompts import prompts, timed_prompts
 from benchmarks.round_costs import Entry, round_log
+from benchmarks.stalls import stalls
 from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
@@ -69,25 +70,28 @@ def engine_row(
     llm: LLM, batch: int, max_tokens: int, text: bool
 ) -> tuple[dict[str, Any], list[list[int]]]:
     """One timed row: tokens/s, acceptance, rounds by k, the rounds' log
-    (benchmarks/round_costs.py) and the forwards' counts."""
+    (benchmarks/round_costs.py), the forwards' counts and what may have
+    stalled a round (benchmarks/stalls.py)."""
     warm_up(llm, batch, text)
     before, steps = llm.engine.metrics.copy(), step_counts(llm)
-    rate, tokens, log = decode(llm, batch, max_tokens, text)
+    with stalls() as stalled:
+        rate, tokens, log = decode(llm, batch, max_tokens, text)
     after = llm.engine.metrics.copy()
     drafted = after.num_draft_tokens - before.num_draft_tokens
     accepted = after.num_accepted_tokens - before.num_accepted_tokens
     rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
     row = {"tokens_per_s": rate, "acceptance": accepted / drafted if drafted else None,
-           "rounds_per_k": rounds, "round_costs": log,
+           "rounds_per_k": rounds, "round_costs": log, "stalls": stalled,
            "steps": counts_since(steps, step_counts(llm))}  # fmt: skip
     return row, tokens
 
 
 def median_run(found: list[dict[str, Any]]) -> dict[str, Any]:
     """The first run's counts with the median tokens/s of all runs, each run's
-    tokens/s, rounds by k and rounds' log beside it (an adaptive run's choices vary)."""
+    tokens/s, rounds by k, rounds' log and stalls beside it (an adaptive run's choices vary)."""
     rates = [r["tokens_per_s"] for r in found]
-    first = {name: v for name, v in found[0].items() if name != "round_costs"}
+    first = {n: v for n, v in found[0].items() if n not in ("round_costs", "stalls")}
     return {**first, "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates,
             "runs_rounds_per_k": [r["rounds_per_k"] for r in found],
-            "runs_round_costs": [r["round_costs"] for r in found]}  # fmt: skip
+            "runs_round_costs": [r["round_costs"] for r in found],
+            "runs_stalls": [r["stalls"] for r in found]}  # fmt: skip

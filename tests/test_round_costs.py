@@ -3,8 +3,13 @@ rows (benchmarks/rows.py), on the bundled pair in the engine."""
 
 from __future__ import annotations
 
+import gc
+
+import triton
+
 from benchmarks.round_costs import round_log, split
 from benchmarks.rows import Fixed
+from benchmarks.stalls import stalls
 from specserve import LLM, SamplingParams
 
 PROMPTS = ["def f(x):", "class A:", "import os"]
@@ -22,11 +27,20 @@ def test_the_log_holds_every_round_and_every_token_the_rounds_gained() -> None:
         outs = llm.generate(PROMPTS, params, use_tqdm=False)
     rounds = llm.speculation_stats()["rounds_per_k"]
     assert isinstance(rounds, list)
-    assert sum(n for *_, n, _, _ in log) == sum(rounds)
+    assert sum(entry[3] for entry in log) == sum(rounds)
     # Each prompt's prefill gives its first token; the rounds gave the rest.
     gained = sum(len(o.outputs[0].token_ids) for o in outs) - len(PROMPTS)
-    assert sum(tokens for *_, tokens in log) == gained
+    assert sum(entry[5] for entry in log) == gained
     assert {size for size, *_ in log} <= {1, 2, 3}
+
+
+def test_the_log_keeps_each_kind_of_rounds_slowest_between_their_mean_and_their_sum() -> None:
+    llm = make_llm()
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    with round_log(llm.engine.rounds) as log:
+        llm.generate(PROMPTS, params, use_tqdm=False)
+    for _, _, _, n, seconds, _, most in log:
+        assert seconds / n <= most + 1e-6 and most <= seconds + 1e-6
 
 
 def test_the_rounds_are_left_as_they_were_after_the_log() -> None:
@@ -46,7 +60,7 @@ def test_a_fixed_k_drafts_every_round_ahead_but_the_first_after_a_prefill() -> N
         llm.generate(PROMPTS, params, use_tqdm=False)
     on_path = [entry for entry in log if not entry[2]]
     assert {k for _, k, *_ in log} == {2}
-    assert sum(n for *_, n, _, _ in on_path) == 1  # one prefill, of all three prompts
+    assert sum(entry[3] for entry in on_path) == 1  # one prefill, of all three prompts
 
 
 def test_split_parts_rounds_into_full_batch_ahead_on_path_and_tail() -> None:
@@ -61,3 +75,18 @@ def test_split_parts_rounds_into_full_batch_ahead_on_path_and_tail() -> None:
     assert parts["ahead"] == {2: [10, 1.0, 40]}
     assert parts["on path"] == {2: [3, 0.5, 12]}
     assert parts["tail"] == {3: [3, 0.2, 8]}
+
+
+def test_stalls_times_each_full_collection_inside_and_leaves_the_hooks_as_they_were() -> None:
+    runtime = triton.knobs.runtime
+    hooks = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
+    callbacks = list(gc.callbacks)
+    with stalls() as seen:
+        gc.collect(0)
+        gc.collect()
+    [collection] = seen["full_collections"]
+    assert collection["s"] >= 0 and collection["frozen"] == gc.get_freeze_count()
+    assert "test_round_costs.py" in collection["where"][-1]  # the explicit gc.collect()
+    assert seen["compiles"] == []
+    assert (runtime.jit_cache_hook, runtime.jit_post_compile_hook) == hooks
+    assert gc.callbacks == callbacks

@@ -1,8 +1,9 @@
 """Python's full collections (0.1-0.3 s over a serving process's heap) do not
 walk what a process built before it serves: a served process freezes its
-startup heap for good, and ``LLM.generate`` freezes the heap for the length
-of a call and thaws it after, so that the program's objects, and an LLM it
-drops, are still freed (model_runtime/heap.py)."""
+startup heap for good, and ``LLM.generate`` freezes the heap and holds off
+automatic full collections for the length of a call, then thaws it, so that
+the program's objects, and an LLM it drops, are still freed
+(model_runtime/heap.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from model_runtime.heap import frozen_heap
 from specserve import LLM, SamplingParams
 from specserve.launch import service
 
@@ -50,6 +52,32 @@ def test_generate_leaves_the_heap_out_of_full_collections_while_its_rounds_run(
     llm.generate(["def f(x):"] * 4, SHORT)
     assert frozen_at_steps and min(frozen_at_steps) > 0
     assert gc.get_freeze_count() == 0  # thawed after the call
+
+
+def test_a_frozen_call_starts_no_full_collection_however_much_it_keeps(thawed: None) -> None:
+    # A full collection run while frozen leaves the collector counting a small
+    # oldest generation: what the block keeps would start full ones, if allowed.
+    gc.freeze()
+    gc.collect()
+    gc.unfreeze()
+    thresholds = gc.get_threshold()
+    inside: list[int] = []
+    full: list[int] = []
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2 and inside:
+            full.append(1)
+
+    gc.callbacks.append(callback)
+    try:
+        with frozen_heap():
+            inside.append(1)
+            kept = [[i] for i in range(100_000)]
+            inside.clear()
+    finally:
+        gc.callbacks.remove(callback)
+    assert len(kept) == 100_000 and full == []
+    assert gc.get_threshold() == thresholds
 
 
 def test_generate_leaves_a_heap_the_program_froze_frozen(thawed: None) -> None:
