@@ -20,14 +20,18 @@ for how long, depends on who owns the process:
   whose objects it must not keep: ``LLM.generate`` freezes the heap for the
   length of the call only (``frozen_heap``), and thaws it after, so
   nothing dropped meanwhile (an ``LLM`` and its weights, held in cycles,
-  included) outlives the call. For the call's length it also holds off
-  Python's own full collections (young ones go on): a frozen call still
-  met one of 0.28 s in a round on an H100 (benchmarks/stalls.py), and one
-  run while frozen leaves the collector counting a small oldest
-  generation, so that the next, soon after the thaw, walks the program's
-  whole heap. Cyclic garbage that outlives two young collections in a call
-  waits for the call's end; an explicit ``gc.collect()`` inside still runs,
-  over what the freeze left.
+  included) outlives the call. A heap something else froze (the program
+  itself, before it forks, say) is left as it is.
+
+Either way ``LLM.generate`` holds off Python's automatic full collections
+for the call's length (young ones go on): the freeze alone did not keep
+rounds clear. In one run on an H200, 375 objects were frozen before the
+first call (by what, the run does not say), so no call froze the heap,
+and five full collections of 0.23-0.31 s met rounds at batch 64, or the
+queuing of a call's requests (benchmarks/stalls.py says when and where).
+Cyclic garbage that outlives two young collections in a call waits for the
+call's end; an explicit ``gc.collect()`` inside still runs, over what is not
+frozen.
 """
 
 from __future__ import annotations
@@ -58,20 +62,20 @@ NO_FULL_COLLECTIONS = 1 << 30
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Freeze every object alive now and hold off automatic full collections
-    for the block's length, then thaw them and restore the thresholds; where
-    something froze the heap already (a serving process, the program
-    itself), leave it as it is. Freezing and thawing move lists, not
-    objects: both are cheap, and garbage frozen with the rest is collected
-    after."""
-    if gc.get_freeze_count():
-        yield
-        return
+    """For the block's length: hold off automatic full collections, and
+    freeze every object alive now unless something froze the heap already
+    (a serving process, the program itself), whose freeze is left as it is;
+    then restore the thresholds, and thaw what this froze. Freezing and
+    thawing move lists, not objects: both are cheap, and garbage frozen with
+    the rest is collected after."""
     young, middle, oldest = gc.get_threshold()
-    gc.freeze()
+    freezing = not gc.get_freeze_count()
+    if freezing:
+        gc.freeze()
     gc.set_threshold(young, middle, NO_FULL_COLLECTIONS)
     try:
         yield
     finally:
         gc.set_threshold(young, middle, oldest)
-        gc.unfreeze()
+        if freezing:
+            gc.unfreeze()

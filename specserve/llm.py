@@ -89,24 +89,15 @@ class LLM:
         for request_id, (_, prompt_ids) in zip(ids, tokenized, strict=True):
             self.engine.check_prompt(request_id, prompt_ids)
         self._next_request += len(tokenized)
-        requests: list[tuple[str | None, list[SequenceState]]] = [
-            (text, self.engine.add_request(request_id, prompt_ids, params))
-            for request_id, (text, prompt_ids), params in zip(
-                ids, tokenized, sampling_params, strict=True
-            )
-        ]
         # A full collection in the middle of a round would stall it (model_runtime/heap.py).
-        with (
-            frozen_heap(),
-            tqdm(total=len(requests), desc="Processed prompts", disable=not use_tqdm) as bar,
-        ):
-            pending = {r: len(seqs) for r, (_, seqs) in enumerate(requests)}
-            owner = {s.seq_id: r for r, (_, seqs) in enumerate(requests) for s in seqs}
-            while self.engine.has_unfinished():
-                for seq in self.engine.step():
-                    pending[owner[seq.seq_id]] -= 1
-                    if not pending[owner[seq.seq_id]]:
-                        bar.update(1)
+        with frozen_heap():
+            requests: list[tuple[str | None, list[SequenceState]]] = [
+                (text, self.engine.add_request(request_id, prompt_ids, params))
+                for request_id, (text, prompt_ids), params in zip(
+                    ids, tokenized, sampling_params, strict=True
+                )
+            ]
+            self._run(requests, use_tqdm)
         if self.engine.k:
             logger.info(self.engine.metrics.summary())
         tokenizer = self.engine.tokenizer
@@ -114,6 +105,17 @@ class LLM:
             RequestOutput.from_sequences(text, seqs, lambda t: str(tokenizer.decode([t])))
             for text, seqs in requests
         ]
+
+    def _run(self, requests: list[tuple[str | None, list[SequenceState]]], use_tqdm: bool) -> None:
+        """Step the engine until every request's sequences are finished."""
+        pending = {r: len(seqs) for r, (_, seqs) in enumerate(requests)}
+        owner = {s.seq_id: r for r, (_, seqs) in enumerate(requests) for s in seqs}
+        with tqdm(total=len(requests), desc="Processed prompts", disable=not use_tqdm) as bar:
+            while self.engine.has_unfinished():
+                for seq in self.engine.step():
+                    pending[owner[seq.seq_id]] -= 1
+                    if not pending[owner[seq.seq_id]]:
+                        bar.update(1)
 
     def chat(
         self,

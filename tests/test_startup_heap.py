@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from model_runtime.heap import frozen_heap
+from model_runtime.heap import NO_FULL_COLLECTIONS, frozen_heap
 from specserve import LLM, SamplingParams
 from specserve.launch import service
 
@@ -37,30 +37,39 @@ def thawed() -> Iterator[None]:
     gc.unfreeze()
 
 
-def test_generate_leaves_the_heap_out_of_full_collections_while_its_rounds_run(
+def test_generate_queues_and_runs_its_rounds_frozen_with_full_collections_held_off(
     thawed: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     llm = demo_llm()
-    step = llm.engine.step
-    frozen_at_steps: list[int] = []
+    thresholds = gc.get_threshold()
+    seen: list[tuple[int, int]] = []  # (frozen objects, oldest threshold) at each call
 
-    def counted() -> Any:
-        frozen_at_steps.append(gc.get_freeze_count())
-        return step()
+    def watched(method: Any) -> Any:
+        def call(*args: Any) -> Any:
+            seen.append((gc.get_freeze_count(), gc.get_threshold()[2]))
+            return method(*args)
 
-    monkeypatch.setattr(llm.engine, "step", counted)
+        return call
+
+    monkeypatch.setattr(llm.engine, "add_request", watched(llm.engine.add_request))
+    monkeypatch.setattr(llm.engine, "step", watched(llm.engine.step))
     llm.generate(["def f(x):"] * 4, SHORT)
-    assert frozen_at_steps and min(frozen_at_steps) > 0
+    assert len(seen) > 4
+    assert all(frozen > 0 and oldest == NO_FULL_COLLECTIONS for frozen, oldest in seen)
     assert gc.get_freeze_count() == 0  # thawed after the call
+    assert gc.get_threshold() == thresholds
 
 
-def test_a_frozen_call_starts_no_full_collection_however_much_it_keeps(thawed: None) -> None:
-    # A full collection run while frozen leaves the collector counting a small
-    # oldest generation: what the block keeps would start full ones, if allowed.
+def held_off(keep: int) -> tuple[list[list[int]], list[int]]:
+    """Keep ``keep`` new objects inside ``frozen_heap``, after a full
+    collection run while frozen (which leaves the collector counting a small
+    oldest generation: what the block keeps would start full ones, if
+    allowed); the objects, and the full collections that started inside."""
+    frozen_before = gc.get_freeze_count()
     gc.freeze()
     gc.collect()
-    gc.unfreeze()
-    thresholds = gc.get_threshold()
+    if not frozen_before:
+        gc.unfreeze()
     inside: list[int] = []
     full: list[int] = []
 
@@ -72,12 +81,28 @@ def test_a_frozen_call_starts_no_full_collection_however_much_it_keeps(thawed: N
     try:
         with frozen_heap():
             inside.append(1)
-            kept = [[i] for i in range(100_000)]
+            kept = [[i] for i in range(keep)]
             inside.clear()
     finally:
         gc.callbacks.remove(callback)
+    return kept, full
+
+
+def test_a_call_starts_no_full_collection_however_much_it_keeps(thawed: None) -> None:
+    thresholds = gc.get_threshold()
+    kept, full = held_off(100_000)
     assert len(kept) == 100_000 and full == []
     assert gc.get_threshold() == thresholds
+
+
+def test_a_call_holds_off_full_collections_where_the_program_froze_the_heap(
+    thawed: None,
+) -> None:
+    gc.freeze()  # the program's freeze (or a site hook's), which the call leaves be
+    frozen = gc.get_freeze_count()
+    kept, full = held_off(100_000)
+    assert len(kept) == 100_000 and full == []
+    assert gc.get_freeze_count() >= frozen
 
 
 def test_generate_leaves_a_heap_the_program_froze_frozen(thawed: None) -> None:
