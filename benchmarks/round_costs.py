@@ -119,7 +119,7 @@ def stalled(seen: dict[str, Any] | None) -> str:
     """What benchmarks/stalls.py saw in a pass, where it ran and saw anything."""
     if not seen:
         return ""
-    said = [f"compiled {name.split('[')[0]} in {s:.3f} s" for name, s in seen["compiles"]]
+    said = [f"compiled {name.split('[')[0]} in {s:.3f} s" for name, s in seen["compiles"] or []]
     said += [f"full collection {c['s'] * 1e3:.0f} ms ({c['frozen']} frozen; at {c['where'][-1]})"
              if isinstance(c, dict) else f"full collection {c * 1e3:.0f} ms"
              for c in seen["full_collections"]]  # fmt: skip

@@ -28,20 +28,26 @@ CUDA_COUNTERS = ("num_alloc_retries", "num_device_alloc", "num_device_free")
 
 
 @contextmanager
-def compiles() -> Iterator[list[list[Any]]]:
-    """Each Triton kernel compiled inside, as [kernel and its specialisation, seconds]."""
-    runtime = triton.knobs.runtime
+def compiles() -> Iterator[list[list[Any]] | None]:
+    """Each Triton kernel compiled (or loaded from Triton's disk cache) inside,
+    as [kernel and its specialisation, seconds]; None where this Triton has
+    no hooks to tell (before 3.4). Hooks already set still run."""
+    runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if runtime is None:
+        yield None
+        return
     before, after = runtime.jit_cache_hook, runtime.jit_post_compile_hook
     seen: list[list[Any]] = []
     started: list[float] = []
 
     def missed(**kwargs: Any) -> bool:  # the kernel's cache has no entry for these arguments
         started.append(time.perf_counter())
-        return False  # compile it
+        return bool(before and before(**kwargs))  # true: the hook set before skips the compile
 
-    def compiled(**kwargs: Any) -> None:
+    def compiled(**kwargs: Any) -> Any:
         took = time.perf_counter() - started.pop() if started else float("nan")
         seen.append([kwargs.get("repr", "?"), round(took, 4)])
+        return after(**kwargs) if after else None
 
     runtime.jit_cache_hook, runtime.jit_post_compile_hook = missed, compiled
     try:
@@ -53,7 +59,11 @@ def compiles() -> Iterator[list[list[Any]]]:
 def caller() -> list[str]:
     """Where a collection started: the innermost frames outside this module
     (an allocation that crossed a threshold, or an explicit gc.collect())."""
-    frames = [f for f in traceback.extract_stack()[:-1] if f.filename != __file__]
+    frames = [
+        f
+        for f in traceback.extract_stack()[:-1]
+        if f.filename not in (__file__, "<string>")  # <string>: a dataclass's __init__
+    ]
     return [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-4:]]
 
 

@@ -24,14 +24,17 @@ for how long, depends on who owns the process:
   itself, before it forks, say) is left as it is.
 
 Either way ``LLM.generate`` holds off Python's automatic full collections
-for the call's length (young ones go on): the freeze alone did not keep
-rounds clear. In one run on an H200, 375 objects were frozen before the
+in its process for the call's length (young ones go on; tensor-parallel
+ranks are processes of their own, frozen for good): the freeze alone did
+not keep rounds clear. In one run on an H200, 375 objects were frozen before the
 first call (by what, the run does not say), so no call froze the heap,
 and five full collections of 0.23-0.31 s met rounds at batch 64, or the
 queuing of a call's requests (benchmarks/stalls.py says when and where).
 Cyclic garbage that outlives two young collections in a call waits for the
-call's end; an explicit ``gc.collect()`` inside still runs, over what is not
-frozen.
+call's end, so a long call's memory grows by what of it the engine makes;
+an explicit ``gc.collect()`` inside still runs, over what is not frozen.
+The collection held off comes after the call, over the thawed heap, in the
+program's time rather than a round's.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ def freeze_startup_heap(what: str) -> int:
     return frozen
 
 
-# The oldest generation's threshold while a call runs: more young collections
-# than a call makes, so the collector never starts a full one by itself.
+# The oldest generation's threshold while a call runs. It counts the middle
+# generation's collections, of which a call makes far fewer: the collector
+# never starts a full collection by itself.
 NO_FULL_COLLECTIONS = 1 << 30
 
 
@@ -65,9 +69,9 @@ def frozen_heap() -> Iterator[None]:
     """For the block's length: hold off automatic full collections, and
     freeze every object alive now unless something froze the heap already
     (a serving process, the program itself), whose freeze is left as it is;
-    then restore the thresholds, and thaw what this froze. Freezing and
-    thawing move lists, not objects: both are cheap, and garbage frozen with
-    the rest is collected after."""
+    then restore the oldest threshold (unless the block set it otherwise),
+    and thaw what this froze. Freezing and thawing move lists, not objects:
+    both are cheap, and garbage frozen with the rest is collected after."""
     young, middle, oldest = gc.get_threshold()
     freezing = not gc.get_freeze_count()
     if freezing:
@@ -76,6 +80,8 @@ def frozen_heap() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.set_threshold(young, middle, oldest)
+        young, middle, now = gc.get_threshold()
+        if now == NO_FULL_COLLECTIONS:
+            gc.set_threshold(young, middle, oldest)
         if freezing:
             gc.unfreeze()

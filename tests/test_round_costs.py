@@ -90,3 +90,21 @@ def test_stalls_times_each_full_collection_inside_and_leaves_the_hooks_as_they_w
     assert seen["compiles"] == []
     assert (runtime.jit_cache_hook, runtime.jit_post_compile_hook) == hooks
     assert gc.callbacks == callbacks
+
+
+def test_stalls_records_each_compile_and_lets_it_and_the_hooks_set_before_run() -> None:
+    runtime = triton.knobs.runtime
+    hooks = (runtime.jit_cache_hook, runtime.jit_post_compile_hook)
+    calls: list[str] = []
+    runtime.jit_cache_hook = lambda **kw: calls.append("cache") or False
+    runtime.jit_post_compile_hook = lambda **kw: calls.append("post")
+    try:
+        with stalls() as seen:
+            # What Triton does on a cache miss: a false answer means compile it.
+            assert not runtime.jit_cache_hook(key="k", repr="kernel[num_warps=4](x: *fp32)")
+            runtime.jit_post_compile_hook(key="k", repr="kernel[num_warps=4](x: *fp32)")
+    finally:
+        runtime.jit_cache_hook, runtime.jit_post_compile_hook = hooks
+    [(name, seconds)] = seen["compiles"]
+    assert name.startswith("kernel[") and seconds >= 0
+    assert calls == ["cache", "post"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -60,11 +61,21 @@ def test_generate_queues_and_runs_its_rounds_frozen_with_full_collections_held_o
     assert gc.get_threshold() == thresholds
 
 
-def held_off(keep: int) -> tuple[list[list[int]], list[int]]:
-    """Keep ``keep`` new objects inside ``frozen_heap``, after a full
-    collection run while frozen (which leaves the collector counting a small
-    oldest generation: what the block keeps would start full ones, if
-    allowed); the objects, and the full collections that started inside."""
+@pytest.fixture
+def eager_collector() -> Iterator[None]:
+    """Thresholds low enough that keeping 20,000 objects starts full
+    collections whatever this Python's defaults, restored after."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(100, 2, 2)
+    yield
+    gc.set_threshold(*thresholds)
+
+
+def full_collections_keeping(block: Any) -> tuple[list[list[int]], list[int]]:
+    """Keep 20,000 new objects inside ``block`` (a context manager), after a
+    full collection run while frozen (which leaves the collector counting a
+    small oldest generation); the objects, and the full collections that
+    started inside."""
     frozen_before = gc.get_freeze_count()
     gc.freeze()
     gc.collect()
@@ -79,30 +90,46 @@ def held_off(keep: int) -> tuple[list[list[int]], list[int]]:
 
     gc.callbacks.append(callback)
     try:
-        with frozen_heap():
+        with block:
             inside.append(1)
-            kept = [[i] for i in range(keep)]
+            kept = [[i] for i in range(20_000)]
             inside.clear()
     finally:
         gc.callbacks.remove(callback)
     return kept, full
 
 
-def test_a_call_starts_no_full_collection_however_much_it_keeps(thawed: None) -> None:
+def test_keeping_this_many_objects_starts_full_collections_outside_a_call(
+    thawed: None, eager_collector: None
+) -> None:
+    kept, full = full_collections_keeping(nullcontext())
+    assert len(kept) == 20_000 and full  # the cases below would test nothing otherwise
+
+
+def test_a_call_starts_no_full_collection_however_much_it_keeps(
+    thawed: None, eager_collector: None
+) -> None:
     thresholds = gc.get_threshold()
-    kept, full = held_off(100_000)
-    assert len(kept) == 100_000 and full == []
+    kept, full = full_collections_keeping(frozen_heap())
+    assert len(kept) == 20_000 and full == []
     assert gc.get_threshold() == thresholds
 
 
 def test_a_call_holds_off_full_collections_where_the_program_froze_the_heap(
-    thawed: None,
+    thawed: None, eager_collector: None
 ) -> None:
     gc.freeze()  # the program's freeze (or a site hook's), which the call leaves be
     frozen = gc.get_freeze_count()
-    kept, full = held_off(100_000)
-    assert len(kept) == 100_000 and full == []
+    kept, full = full_collections_keeping(frozen_heap())
+    assert len(kept) == 20_000 and full == []
     assert gc.get_freeze_count() >= frozen
+
+
+def test_a_call_that_raises_restores_the_threshold_and_thaws_the_heap(thawed: None) -> None:
+    thresholds = gc.get_threshold()
+    with pytest.raises(RuntimeError), frozen_heap():
+        raise RuntimeError("a round failed")
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
 
 
 def test_generate_leaves_a_heap_the_program_froze_frozen(thawed: None) -> None:
