@@ -11,7 +11,9 @@ is found by bisection, the target at s is written (over the last one) beside
 the draft, and one ``LLM`` with num_speculative_tokens = K_MAX runs greedy
 batches of random prompts at every concurrency with k pinned to 0..K_MAX and
 with k adaptive (``--bundled``: the bundled pair in bf16 instead, on code
-prompts). Target-only (no draft model) and draft-only runs give the
+prompts). Each ``LLM`` is frozen once built (``frozen``), as a serving
+program would freeze its heap, so Python's full collections do not fall on
+rows at random. Target-only (no draft model) and draft-only runs give the
 step costs: c = draft ms per token / target ms per token at each concurrency.
 The theory uses E = (1 - a^(k+1)) / (1 - a) with a the acceptance measured
 at k = 1. ``--draft-shape`` sets the draft's width (Qwen3-0.6B's by
@@ -66,7 +68,20 @@ def calibrate(target: Any, draft: Any, layers: int, wanted: float, base: dict) -
     return scale
 
 
+def frozen(llm: LLM) -> LLM:
+    """``llm``, with what is alive now collected and frozen, as a program
+    that serves from one process would freeze its heap once built
+    (model_runtime/heap.py): a full collection between the timed calls then
+    walks only what the rows made since, not the 10^5 objects of the models
+    (0.25-0.3 s each, which fell on rows at random), and ``LLM.generate``
+    leaves the frozen heap as it is. ``free`` thaws it."""
+    gc.collect()
+    gc.freeze()
+    return llm
+
+
 def free() -> None:
+    gc.unfreeze()  # a dropped LLM frozen with the rest is freed only once thawed
     gc.collect()
     torch.cuda.empty_cache()
 
@@ -139,7 +154,9 @@ def alone(
     repeats: int = 2,
 ) -> dict[int, float]:
     """Tokens/s of ``folder`` decoding alone at each concurrency (the median of ``repeats``)."""
-    llm = LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
+    llm = frozen(
+        LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
+    )
     runs = [[rate(llm, b, max_tokens, text) for b in concurrency] for _ in range(repeats)]
     rates = {b: statistics.median(r[i] for r in runs) for i, b in enumerate(concurrency)}
     del llm
@@ -157,10 +174,10 @@ def speculative(
     repeats: int = 2,
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
-    llm = LLM(
+    llm = frozen(LLM(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
-    )  # fmt: skip
+    ))  # fmt: skip
     rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats)
     del llm
     free()
