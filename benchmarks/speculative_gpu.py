@@ -28,6 +28,7 @@ import argparse
 import gc
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +250,11 @@ def main() -> None:
     parser.add_argument("--bundled", action="store_true", help="the bundled pair, in bf16")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "args": vars(args)}
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(), "args": vars(args),
+        "python": sys.version.split()[0],
+        "frozen_at_start": gc.get_freeze_count(),  # frozen before this script froze anything
+    }  # fmt: skip
     report["pairs"] = []
     if args.bundled:
         bundled_pair(args, report)
