@@ -34,7 +34,9 @@ Cyclic garbage that outlives two young collections in a call waits for the
 call's end, so a long call's memory grows by what of it the engine makes;
 an explicit ``gc.collect()`` inside still runs, over what is not frozen.
 The collection held off comes after the call, over the thawed heap, in the
-program's time rather than a round's.
+program's time rather than a round's. Pythons whose collector is
+incremental (3.14) ignore the oldest threshold: there the freeze alone
+applies, and the old generation is collected in increments, not at once.
 """
 
 from __future__ import annotations
