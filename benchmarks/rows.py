@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from benchmarks.prompts import prompts, timed_prompts
+from benchmarks.prompts import MIN_TOKENS, prompts, timed_prompts
 from benchmarks.round_costs import Entry, round_log
 from benchmarks.stalls import stalls
 from router.adaptive import KChooser
@@ -41,7 +41,7 @@ def warm_up(llm: LLM, batch: int, text: bool = False) -> None:
 
 
 def decode(
-    llm: LLM, batch: int, max_tokens: int, text: bool = False
+    llm: LLM, batch: int, max_tokens: int, text: bool = False, min_tokens: int = MIN_TOKENS
 ) -> tuple[float, list[list[int]], list[Entry]]:
     """Tokens/s of greedy decoding of the row's batches of prompts, the
     tokens, and the rounds' log."""
@@ -49,7 +49,7 @@ def decode(
     tokens = []
     with round_log(llm.engine.rounds) as log:
         start = time.perf_counter()
-        for asked in timed_prompts(batch, max_tokens, text):
+        for asked in timed_prompts(batch, max_tokens, text, min_tokens):
             outs = llm.generate(asked, params, use_tqdm=False)
             tokens += [list(o.outputs[0].token_ids) for o in outs]
         rate = sum(map(len, tokens)) / (time.perf_counter() - start)
@@ -67,7 +67,7 @@ def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
 
 
 def engine_row(
-    llm: LLM, batch: int, max_tokens: int, text: bool
+    llm: LLM, batch: int, max_tokens: int, text: bool, min_tokens: int = MIN_TOKENS
 ) -> tuple[dict[str, Any], list[list[int]]]:
     """One timed row: tokens/s, acceptance, rounds by k, the rounds' log
     (benchmarks/round_costs.py), the forwards' counts and what may have
@@ -75,7 +75,7 @@ def engine_row(
     warm_up(llm, batch, text)
     before, steps = llm.engine.metrics.copy(), step_counts(llm)
     with stalls() as stalled:
-        rate, tokens, log = decode(llm, batch, max_tokens, text)
+        rate, tokens, log = decode(llm, batch, max_tokens, text, min_tokens)
     after = llm.engine.metrics.copy()
     drafted = after.num_draft_tokens - before.num_draft_tokens
     accepted = after.num_accepted_tokens - before.num_accepted_tokens

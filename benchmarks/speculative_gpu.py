@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.prompts import prompts
+from benchmarks.prompts import MIN_TOKENS, prompts
 from benchmarks.rows import Fixed, decode, engine_row, median_run, warm_up
 from benchmarks.shapes import (
     SHAPES,
@@ -94,6 +94,7 @@ def engine_rows(
     ks: list[int],
     text: bool = False,
     repeats: int = 2,
+    min_tokens: int = MIN_TOKENS,
 ) -> list[dict[str, Any]]:
     """Tokens/s and acceptance at every concurrency for k adaptive and pinned
     to each of ``ks``: the median of ``repeats`` passes over all of them (a
@@ -116,12 +117,13 @@ def engine_rows(
     outputs: dict[tuple[Any, int], list[list[int]]] = {}
     for batch, name, k in schedule(concurrency, ks, repeats):
         llm.engine.rounds.chooser = learner if k is None else Fixed(K_MAX, k)
-        row, tokens = engine_row(llm, batch, max_tokens, text)
+        row, tokens = engine_row(llm, batch, max_tokens, text, min_tokens)
         runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
         outputs.setdefault((name, batch), tokens)
         print(json.dumps(runs[name, batch][-1]), flush=True)
     rows = [median_run(found) for found in runs.values()]
-    same_as_plain(llm, rows, [outputs[r["k"], r["batch"]] for r in rows], max_tokens, text)
+    found = [outputs[r["k"], r["batch"]] for r in rows]
+    same_as_plain(llm, rows, found, max_tokens, text, min_tokens)
     return rows
 
 
@@ -142,9 +144,9 @@ def schedule(
     return order
 
 
-def rate(llm: LLM, batch: int, max_tokens: int, text: bool) -> float:
+def rate(llm: LLM, batch: int, max_tokens: int, text: bool, min_tokens: int) -> float:
     warm_up(llm, batch, text)
-    return decode(llm, batch, max_tokens, text)[0]
+    return decode(llm, batch, max_tokens, text, min_tokens)[0]
 
 
 def alone(
@@ -153,12 +155,15 @@ def alone(
     max_tokens: int,
     text: bool = False,
     repeats: int = 2,
+    min_tokens: int = MIN_TOKENS,
 ) -> dict[int, float]:
     """Tokens/s of ``folder`` decoding alone at each concurrency (the median of ``repeats``)."""
     llm = frozen(
         LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
     )
-    runs = [[rate(llm, b, max_tokens, text) for b in concurrency] for _ in range(repeats)]
+    runs = [
+        [rate(llm, b, max_tokens, text, min_tokens) for b in concurrency] for _ in range(repeats)
+    ]
     rates = {b: statistics.median(r[i] for r in runs) for i, b in enumerate(concurrency)}
     del llm
     free()
@@ -173,13 +178,14 @@ def speculative(
     ks: list[int],
     text: bool = False,
     repeats: int = 2,
+    min_tokens: int = MIN_TOKENS,
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
     llm = frozen(LLM(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
     ))  # fmt: skip
-    rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats)
+    rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats, min_tokens)
     del llm
     free()
     return rows
@@ -203,16 +209,14 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
         target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
         print(f"acceptance {wanted}: scale {scale:.4f}", flush=True)
         if "target_only" not in report:  # the costs first: they do not depend on s
-            report["target_only"] = alone(
-                target_dir, args.concurrency, args.max_tokens, False, args.repeats
-            )
-            report["draft_only"] = alone(
-                draft_dir, args.concurrency, args.max_tokens, False, args.repeats
-            )
+            row = (args.concurrency, args.max_tokens, False, args.repeats, args.min_tokens)
+            report["target_only"] = alone(target_dir, *row)
+            report["draft_only"] = alone(draft_dir, *row)
             write(report, args.out)
         rows = speculative(
-            target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks, False, args.repeats
-        )
+            target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks,
+            False, args.repeats, args.min_tokens,
+        )  # fmt: skip
         report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
         write(report, args.out)
 
@@ -220,10 +224,10 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
 def bundled_pair(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """The bundled trained pair in bf16 on prompts of the code it was trained on."""
     target, draft = "specserve/demo-target", "specserve/demo-draft"
-    conc, tokens = args.concurrency, args.max_tokens
-    report["target_only"] = alone(target, conc, tokens, True, args.repeats)
-    report["draft_only"] = alone(draft, conc, tokens, True, args.repeats)
-    rows = speculative(target, draft, conc, tokens, args.ks, True, args.repeats)
+    conc, tokens, repeats, least = args.concurrency, args.max_tokens, args.repeats, args.min_tokens
+    report["target_only"] = alone(target, conc, tokens, True, repeats, least)
+    report["draft_only"] = alone(draft, conc, tokens, True, repeats, least)
+    rows = speculative(target, draft, conc, tokens, args.ks, True, repeats, least)
     report["pairs"].append({"wanted_acceptance": None, "name": "bundled", "rows": rows})
 
 
@@ -246,6 +250,10 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--ks", nargs="+", type=int, default=list(range(K_MAX + 1)))
     parser.add_argument("--repeats", type=int, default=2, help="passes over every row")
+    parser.add_argument(
+        "--min-tokens", type=int, default=MIN_TOKENS,
+        help="new tokens a row decodes at least (benchmarks/prompts.py: its noise)",
+    )  # fmt: skip
     parser.add_argument("--seed-shapes", action="store_true")
     parser.add_argument("--bundled", action="store_true", help="the bundled pair, in bf16")
     parser.add_argument("--out", type=Path)

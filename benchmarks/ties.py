@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.prompts import timed_prompts
+from benchmarks.prompts import MIN_TOKENS, timed_prompts
 from specserve import LLM, SamplingParams
 
 
@@ -16,6 +16,7 @@ def same_as_plain(
     outputs: list[list[list[int]]],
     max_tokens: int,
     text: bool = False,
+    min_tokens: int = MIN_TOKENS,
 ) -> None:
     """Mark each row with the share of its sequences whose greedy tokens equal
     those of k = 0 (a plain target step every round) at the same concurrency,
@@ -31,7 +32,8 @@ def same_as_plain(
             continue
         same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
         row["same_tokens_as_k0"] = sum(same) / len(same)
-        asked = [p for ps in timed_prompts(row["batch"], max_tokens, text) for p in ps]
+        batches = timed_prompts(row["batch"], max_tokens, text, min_tokens)
+        asked = [p for ps in batches for p in ps]
         parted = []
         for prompt, a, b in zip(asked, out, plain[row["batch"]], strict=True):
             if a != b:
