@@ -3,15 +3,13 @@ concurrency 1) and against concurrency (best fixed k and adaptive), measured
 beside the theory E / (k c + 1).
 
     pip install -e ".[bench]"
-    PYTHONPATH=. python benchmarks/plot_speculative.py \
-        benchmarks/results/speculative_gpu_h200_narrow.json
+    python benchmarks/plot_speculative.py benchmarks/results/speculative_gpu_h200_narrow.json
 
 writes ``<name>_vs_k.png`` and ``<name>_vs_concurrency.png`` beside the JSON,
 and prints each adaptive pass's tokens/s beside the rate its choices of k
 would give at the pinned rows' cost and gain a round (``from_choices``), and
 adaptive against the k that was best on the first pass, both read on the
-later passes (``held_out``), and how far the best fixed row's rate may sit
-from its expectation by where its rounds fall in the text (``content_noise``).
+later passes (``held_out``).
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ from typing import Any
 
 import matplotlib
 
-from benchmarks.prompts import MIN_TOKENS, timed_prompts
-
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
@@ -33,22 +29,6 @@ import matplotlib.pyplot as plt
 def expected_tokens(alpha: float, k: int) -> float:
     """E = (1 - a^(k+1)) / (1 - a): tokens per round when each draft passes with chance a."""
     return float(k + 1) if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-def content_noise(alpha: float, k: int, tokens: int) -> float:
-    """The relative standard error of a fixed-k row's tokens a round from
-    where its rounds fall in the text, when each draft passes with chance a
-    independently: a row of ``tokens`` new tokens holds about tokens / E
-    rounds of each sequence. The same text gives the same error on every
-    pass, so passes do not show it; the best of nine rows is biased up by
-    about this much."""
-    if alpha >= 1:
-        return 0.0
-    # Tokens a round is n + 1 with P(n) = a^n (1 - a) for n < k, P(k) = a^k.
-    chances = [alpha**n * (1 - alpha) for n in range(k)] + [alpha**k]
-    mean_ = sum((n + 1) * p for n, p in enumerate(chances))
-    spread = sum((n + 1) ** 2 * p for n, p in enumerate(chances)) - mean_**2
-    return (spread / (tokens / mean_)) ** 0.5 / mean_
 
 
 def theory(alpha: float, c: float, k: int) -> float:
@@ -120,14 +100,6 @@ def held_out(rows: list[dict[str, Any]], batch: int) -> tuple[int, float] | None
     return best, mean(pinned[best][1:])
 
 
-def row_tokens(report: dict[str, Any], batch: int, wanted: float | None) -> int:
-    """The new tokens each row of ``report`` decoded at ``batch``."""
-    args = report["args"]
-    least = args.get("min_tokens", MIN_TOKENS)  # runs before the flag used the default
-    batches = timed_prompts(batch, args["max_tokens"], wanted is None, least)
-    return batch * args["max_tokens"] * len(batches)
-
-
 def plot_vs_k(points: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for p in (p for p in points if p["batch"] == 1):
@@ -166,8 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path)
     args = parser.parse_args()
-    report = json.loads(args.report.read_text())
-    points = summary(report)
+    points = summary(json.loads(args.report.read_text()))
     stem = args.report.with_suffix("")
     plot_vs_k(points, Path(f"{stem}_vs_k.png"))
     plot_vs_concurrency(points, Path(f"{stem}_vs_concurrency.png"))
@@ -178,10 +149,8 @@ def main() -> None:
         fixed = {k: v for k, v in p["speedup"].items() if isinstance(k, int) and k > 0}
         best = max(fixed, key=fixed.__getitem__)
         adaptive = p["speedup"].get("adaptive", float("nan"))
-        noise = content_noise(p["alpha"], best, row_tokens(report, p["batch"], p["wanted"]))
         print(f"{p['wanted']} batch {p['batch']}: adaptive / best fixed k (k = {best}) "
-              f"{adaptive / fixed[best]:.3f}, / target-only {adaptive:.2f} "
-              f"(content noise of a row at k = {best}: {noise:.1%})")  # fmt: skip
+              f"{adaptive / fixed[best]:.3f}, / target-only {adaptive:.2f}")  # fmt: skip
     for pair in json.loads(args.report.read_text())["pairs"]:
         for batch in sorted({r["batch"] for r in pair["rows"]}):
             passes = from_choices(pair["rows"], batch)

@@ -8,11 +8,13 @@ import torch
 from benchmarks.shapes import bundled_tokenizer
 
 PROMPT_LEN = 64
-# New tokens a timed row decodes at least, by default. A row's tokens a round
-# vary with where its rounds fall in the text: at batch 1 and k = 7, a = 0.8,
-# 512 tokens (some 120 rounds) leave its tokens/s about 5% from its
-# expectation, as much as adaptive k is allowed to trail the best fixed k
-# (``--min-tokens`` 3072 for about 2%).
+# New tokens a timed row decodes at least, by default. Every row decodes the
+# same text, so what the text does to one k's rate it does much the same to
+# the next: where rounds fall in it moves a row's rate by about 5% at batch 1
+# (512 tokens, independent acceptance a = 0.8, k = 7), but k = 7 against
+# k = 8 by about 1.6% (simulated), and by about 3% between neighbouring k
+# in the H100 run at 900948a; the best of nine rows is biased up by some of
+# that. More tokens (``--min-tokens``) shrink both, as 1 / sqrt(tokens).
 MIN_TOKENS = 512
 MIN_BATCHES = 2  # batches a timed row decodes at least
 
