@@ -106,10 +106,10 @@ def build_runners(
         ModelRunner(model, cache_for(model, blocks, first.block_size, device), c.max_len, limit)
         for model, c, limit in zip(models, checked, limits, strict=True)
     ]
-    if device.type == "cuda" and not first.enforce_eager:
+    if device.type == "cuda":
         max_batch = min(first.max_num_seqs, MAX_GRAPH_BATCH)
         for runner, c in zip(runners, checked, strict=True):
-            runner.capture_graphs(max_batch, c.spec.capture_query_len)
+            runner.ready_steps(max_batch, c.spec.capture_query_len, first.enforce_eager)
     return runners
 
 

@@ -56,6 +56,16 @@ class ModelRunner:
         self.counts = StepCounts()
         self._windows = set(model.config.sliding_windows)
 
+    def ready_steps(self, max_batch: int, query_len: int, enforce_eager: bool) -> None:
+        """Before serving on a GPU: capture the CUDA graphs (and with them
+        compile the attention variants eager steps pick), or, with
+        ``enforce_eager``, compile those variants only, where every step
+        will pick one."""
+        if enforce_eager:
+            self.compile_attention_variants()
+        else:
+            self.capture_graphs(max_batch, query_len)
+
     def capture_graphs(self, max_batch: int, query_len: int = 1) -> None:
         """Replay decode, draft and verify steps of up to ``max_batch``
         sequences from CUDA graphs, capturing now those of up to ``query_len``

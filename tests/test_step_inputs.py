@@ -16,7 +16,7 @@ import torch
 
 from model_runtime.batch import SequenceChunk
 from model_runtime.graphs import padded_forward
-from model_runtime.kernels.paged_attention import paged_attention, query_block
+from model_runtime.kernels.paged_attention import paged_attention, query_block, split_counts
 from model_runtime.kv_cache import blocks_for
 from model_runtime.ops import triton_ops
 from model_runtime.ops.triton_ops import TritonOps
@@ -198,6 +198,17 @@ def test_startup_compiles_every_attention_variant_an_eager_step_can_pick_and_no_
                 if max_keys >= max_q:
                     picked = (query_block(max_q, ops.group), ops.num_splits(batch, max_q, max_keys))
                     assert picked in compiled, (batch, max_q, max_keys)
+
+
+def test_an_eager_runner_compiles_the_attention_variants_before_serving_and_captures_nothing(
+    runner: ModelRunner,
+) -> None:
+    # enforce_eager: every step is eager and picks a variant, so each would
+    # otherwise compile the first time a round meets it.
+    before = runner.counts.eager
+    runner.ready_steps(max_batch=4, query_len=6, enforce_eager=True)
+    assert runner.graphs is None
+    assert runner.counts.eager - before >= len(split_counts(runner.max_positions))
 
 
 def test_the_attention_kernel_compiles_nothing_new_for_a_longer_table_or_query() -> None:
