@@ -26,29 +26,18 @@ from typing import Any
 
 from benchmarks.prompts import prompts
 from benchmarks.rows import decode, warm_up
+from benchmarks.stalls import collections
 from model_runtime.heap import freeze_startup_heap
 from specserve import LLM
 
 
-class Pauses:
-    """Every collection's generation and seconds, from gc.callbacks."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[int, float]] = []
-        self._start = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        else:
-            self.seen.append((info["generation"], time.perf_counter() - self._start))
-
-    def by_generation(self) -> dict[int, dict[str, float]]:
-        found: dict[int, list[float]] = {}
-        for generation, seconds in self.seen:
-            found.setdefault(generation, []).append(seconds)
-        return {g: {"count": len(s), "longest_ms": 1e3 * max(s), "total_ms": 1e3 * sum(s)}
-                for g, s in sorted(found.items())}  # fmt: skip
+def by_generation(seen: list[dict[str, Any]]) -> dict[int, dict[str, float]]:
+    """Count, longest and total milliseconds of the collections of each generation."""
+    found: dict[int, list[float]] = {}
+    for one in seen:
+        found.setdefault(one["generation"], []).append(one["s"])
+    return {g: {"count": len(s), "longest_ms": 1e3 * max(s), "total_ms": 1e3 * sum(s)}
+            for g, s in sorted(found.items())}  # fmt: skip
 
 
 def forced_ms(times: int) -> float:
@@ -66,14 +55,10 @@ def measure(llm: LLM, state: str, args: argparse.Namespace, text: bool) -> dict[
     row["tracked_objects"] = len(gc.get_objects())  # the permanent generation not counted
     row["full_collection_ms"] = forced_ms(args.collections)
     warm_up(llm, args.batch, text)
-    pauses = Pauses()
-    gc.callbacks.append(pauses)
-    try:
+    with collections((0, 1, 2)) as seen:
         rates = [decode(llm, args.batch, args.max_tokens, text)[0] for _ in range(args.rows)]
-    finally:
-        gc.callbacks.remove(pauses)
     row["tokens_per_s"] = statistics.median(rates)
-    row["collections"] = pauses.by_generation()
+    row["collections"] = by_generation(seen)
     print(json.dumps(row), flush=True)
     return row
 

@@ -45,6 +45,7 @@ from benchmarks.shapes import (
     speculative_pair,
 )
 from benchmarks.ties import same_as_plain
+from model_runtime.heap import freeze_startup_heap
 from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
@@ -76,8 +77,7 @@ def frozen(llm: LLM) -> LLM:
     walks only what the rows made since, not the 10^5 objects of the models
     (0.25-0.3 s each, which fell on rows at random), and ``LLM.generate``
     leaves the frozen heap as it is. ``free`` thaws it."""
-    gc.collect()
-    gc.freeze()
+    freeze_startup_heap("benchmark")
     return llm
 
 

@@ -7,8 +7,8 @@ its cache first). Each is one round's worth of 10-500 ms, against rounds of
 
     with stalls() as seen:
         ...
-    seen  # {"compiles": [[name, s], ...], "full_collections": [{"s": ..., "frozen": ...,
-          #  "where": [...]}, ...], "cuda": {...}}
+    seen  # {"compiles": [[name, s], ...], "full_collections": [{"generation": 2,
+          #  "s": ..., "frozen": ..., "where": [...]}, ...], "cuda": {...}}
 """
 
 from __future__ import annotations
@@ -68,21 +68,25 @@ def caller() -> list[str]:
 
 
 @contextmanager
-def full_collections() -> Iterator[list[dict[str, Any]]]:
-    """Each oldest-generation collection inside: its seconds, how many
-    objects were frozen (left out of it) and where it started."""
+def collections(generations: tuple[int, ...] = (2,)) -> Iterator[list[dict[str, Any]]]:
+    """Each collection of one of ``generations`` inside (the oldest, 2, by
+    default: the full ones): its generation, seconds and how many objects
+    were frozen (left out of it), and for a full one where it started."""
     seen: list[dict[str, Any]] = []
     started: list[dict[str, Any]] = []
 
     def callback(phase: str, info: dict[str, int]) -> None:
-        if info["generation"] != 2:
+        generation = info["generation"]
+        if generation not in generations:
             return
         if phase == "start":
-            at = {"frozen": gc.get_freeze_count(), "where": caller()}
+            at = {"generation": generation, "frozen": gc.get_freeze_count()}
+            if generation == 2:  # rare enough to pay for a stack
+                at["where"] = caller()
             started.append({**at, "start": time.perf_counter()})
         elif started:
             one = started.pop()
-            one["s"] = round(time.perf_counter() - one.pop("start"), 4)
+            one["s"] = round(time.perf_counter() - one.pop("start"), 6)
             seen.append(one)
 
     gc.callbacks.append(callback)
@@ -104,7 +108,7 @@ def stalls() -> Iterator[dict[str, Any]]:
     """Compiles, full collections and the allocator's driver calls inside."""
     seen: dict[str, Any] = {}
     before = cuda_counters()
-    with compiles() as compiled, full_collections() as collected:
+    with compiles() as compiled, collections() as collected:
         try:
             yield seen
         finally:

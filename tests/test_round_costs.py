@@ -9,7 +9,7 @@ import triton
 
 from benchmarks.round_costs import round_log, split
 from benchmarks.rows import Fixed
-from benchmarks.stalls import stalls
+from benchmarks.stalls import collections, stalls
 from specserve import LLM, SamplingParams
 
 PROMPTS = ["def f(x):", "class A:", "import os"]
@@ -108,3 +108,11 @@ def test_stalls_records_each_compile_and_lets_it_and_the_hooks_set_before_run() 
     [(name, seconds)] = seen["compiles"]
     assert name.startswith("kernel[") and seconds >= 0
     assert calls == ["cache", "post"]
+
+
+def test_collections_times_the_generations_asked_for_and_only_those() -> None:
+    with collections((0,)) as seen:
+        gc.collect(0)
+        gc.collect()
+    [young] = seen
+    assert young["generation"] == 0 and young["s"] >= 0 and "where" not in young
