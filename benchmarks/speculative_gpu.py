@@ -19,7 +19,8 @@ The theory uses E = (1 - a^(k+1)) / (1 - a) with a the acceptance measured
 at k = 1. ``--draft-shape`` sets the draft's width (Qwen3-0.6B's by
 default; ``target`` for the target's own). ``--seed-shapes`` adds the
 Qwen3-0.6B-shape draft beside the target (random: acceptance 0, so it prices
-rounds only). Needs a GPU.
+rounds only). The realistic pair needs a GPU; ``--bundled`` runs on the CPU
+too, slowly, which is how the tests check this script end to end.
 """
 
 from __future__ import annotations
@@ -259,7 +260,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(), "args": vars(args),
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "args": vars(args),
         "python": sys.version.split()[0],
         "frozen_at_start": gc.get_freeze_count(),  # frozen before this script froze anything
     }  # fmt: skip

@@ -1,0 +1,69 @@
+"""benchmarks/speculative_gpu.py, run end to end as a program on the bundled
+pair (``--bundled`` runs on the CPU too): every row it times is in its report,
+with what the report is read for, so that a lent GPU's minutes are not spent
+finding a broken script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+KS = [0, 2]
+CONCURRENCY = [1, 2]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("speculative_gpu")
+    out = folder / "report.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "speculative_gpu.py"), "--bundled",
+        "--checkpoints", str(folder), "--concurrency", *map(str, CONCURRENCY),
+        "--ks", *map(str, KS), "--max-tokens", "8", "--min-tokens", "16",
+        "--repeats", "1", "--out", str(out),
+    ]  # fmt: skip
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads(out.read_text()))
+
+
+def test_every_pinned_k_and_adaptive_is_timed_at_every_concurrency(report: dict) -> None:
+    rows = report["pairs"][0]["rows"]
+    names = ["adaptive-first", "adaptive", *KS]
+    assert sorted((r["batch"], str(r["k"])) for r in rows) == sorted(
+        (b, str(name)) for b in CONCURRENCY for name in names
+    )
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+
+
+def test_each_row_says_what_stalled_it_and_what_its_rounds_cost(report: dict) -> None:
+    for row in report["pairs"][0]["rows"]:
+        assert set(row["runs_stalls"][0]) == {"compiles", "full_collections", "cuda"}
+        assert row["runs_round_costs"][0], row["k"]
+
+
+def test_each_speculative_row_is_checked_against_plain_decoding(report: dict) -> None:
+    rows = report["pairs"][0]["rows"]
+    assert all(0.0 <= r["same_tokens_as_k0"] <= 1.0 for r in rows)
+
+
+def test_the_report_has_the_step_costs_and_how_the_heap_stood(report: dict) -> None:
+    for alone in ("target_only", "draft_only"):
+        assert sorted(int(b) for b in report[alone]) == CONCURRENCY
+    assert report["device"] == "cpu"
+    assert report["frozen_at_start"] == 0  # nothing froze the heap before the script
+    assert report["python"] == sys.version.split()[0]
