@@ -94,8 +94,10 @@ class ModelRunner:
             batch = self.to_device(self.plan([SequenceChunk(WARM_UP_SEQ, [0] * length)]))
             for count in splits:  # the same slots rewritten: the cache ends as it was
                 batch.context.attention = replace(batch.context.attention, num_splits=count)
+                started = time.perf_counter()
                 self.execute(batch)
                 self.counts.eager += 1
+                self.counts.eager_s += time.perf_counter() - started
             self.free(WARM_UP_SEQ)
 
     @torch.inference_mode()

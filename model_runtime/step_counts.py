@@ -10,7 +10,8 @@ from dataclasses import dataclass
 class StepCounts:
     """How a runner's forwards ran, and the host seconds the slow kinds took:
     a capture, or an eager forward (whose launches include compiling any
-    kernel variant not met before)."""
+    kernel variant not met before; those run at startup to compile the
+    attention variants count too)."""
 
     replayed: int = 0
     captured: int = 0

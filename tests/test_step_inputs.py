@@ -205,10 +205,11 @@ def test_an_eager_runner_compiles_the_attention_variants_before_serving_and_capt
 ) -> None:
     # enforce_eager: every step is eager and picks a variant, so each would
     # otherwise compile the first time a round meets it.
-    before = runner.counts.eager
+    before, before_s = runner.counts.eager, runner.counts.eager_s
     runner.ready_steps(max_batch=4, query_len=6, enforce_eager=True)
     assert runner.graphs is None
     assert runner.counts.eager - before >= len(split_counts(runner.max_positions))
+    assert runner.counts.eager_s > before_s  # the compiles' seconds count with them
 
 
 def test_the_attention_kernel_compiles_nothing_new_for_a_longer_table_or_query() -> None:
