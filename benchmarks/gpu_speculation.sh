@@ -3,6 +3,7 @@
 # few minutes:
 #
 #   bash benchmarks/gpu_speculation.sh OUTDIR [costs|speedup|grpc|all]
+#   bash benchmarks/gpu_speculation.sh OUTDIR long 0.9|0.8|0.6
 #
 # costs:   the grammar masks of a verify round at batch 1-64 and acceptance
 #          with the draft constrained or free (grammar_masks.json), then the
@@ -10,18 +11,28 @@
 #          realistic-shape pair at acceptance about 0.9 (grpc_overhead.json).
 # speedup: speedup over target-only against k and concurrency, k pinned and
 #          adaptive, for the pair at acceptance about 0.8, 0.9 and 0.6 with
-#          the scales found on the H200 (speculative_gpu.json), then the plots.
+#          the scales found on the H200 (speculative_gpu.json), then the plots,
+#          each row's rounds and where adaptive's time goes beside the best
+#          fixed k (round_costs.txt, adaptive_gap.txt).
+# long:    the same for one pair, decoding at least 3072 tokens a row (512
+#          by default), so that where a row's rounds fall in the text moves
+#          the rows less (speculative_gpu_ACC.json; about 300 s a pair).
 # grpc:    the same as three processes over gRPC on loopback, for the pair at
 #          about 0.9 and the bundled pair in bf16 (speculative_grpc_*.json).
 #
 # Checkpoints go to $CHECKPOINTS (made once per machine).
 set -euo pipefail
-out=${1:?usage: gpu_speculation.sh OUTDIR [costs|speedup|grpc|all]}
+out=${1:?usage: gpu_speculation.sh OUTDIR [costs|speedup|grpc|all] | long ACC}
 part=${2:-all}
 ckpt=${CHECKPOINTS:-/tmp/specserve-checkpoints}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd) PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$out/gpu.csv"
+read_rows() {  # the plots, each row's rounds, and adaptive's gap to the best fixed k
+  python3 benchmarks/plot_speculative.py "$1"
+  python3 benchmarks/round_costs.py "$1" > "${1%.json}_round_costs.txt"
+  python3 benchmarks/adaptive_gap.py "$1" | tee "${1%.json}_adaptive_gap.txt"
+}
 pair() {  # the realistic-shape pair at acceptance about 0.9
   [ -f "$ckpt/pair-target/config.json" ] ||
     python3 benchmarks/shapes.py --out "$ckpt" --pair-scale 0.0010376
@@ -39,7 +50,18 @@ if [ "$part" = speedup ] || [ "$part" = all ]; then
   python3 benchmarks/speculative_gpu.py --checkpoints "$ckpt" --acceptance 0.8 0.9 0.6 \
     --scales 0.0022583 0.0010376 0.0055542 --out "$out/speculative_gpu.json" 2>&1 |
     tee "$out/speculative_gpu.log"
-  python3 benchmarks/plot_speculative.py "$out/speculative_gpu.json"
+  read_rows "$out/speculative_gpu.json"
+fi
+if [ "$part" = long ]; then
+  acc=${3:?usage: gpu_speculation.sh OUTDIR long 0.9|0.8|0.6}
+  case $acc in  # the scales found on the H200 for these acceptances
+    0.9) scale=0.0010376 ;; 0.8) scale=0.0022583 ;; 0.6) scale=0.0055542 ;;
+    *) echo "long: acceptance 0.9, 0.8 or 0.6, got $acc" >&2; exit 2 ;;
+  esac
+  python3 benchmarks/speculative_gpu.py --checkpoints "$ckpt" --acceptance "$acc" \
+    --scales "$scale" --min-tokens 3072 --out "$out/speculative_gpu_$acc.json" 2>&1 |
+    tee "$out/speculative_gpu_$acc.log"
+  read_rows "$out/speculative_gpu_$acc.json"
 fi
 if [ "$part" = grpc ] || [ "$part" = all ]; then
   pair
