@@ -13,7 +13,7 @@
 #          adaptive, for the pair at acceptance about 0.8, 0.9 and 0.6 with
 #          the scales found on the H200 (speculative_gpu.json), then the plots,
 #          each row's rounds and where adaptive's time goes beside the best
-#          fixed k (round_costs.txt, adaptive_gap.txt).
+#          fixed k (speculative_gpu_round_costs.txt, ..._adaptive_gap.txt).
 # long:    the same for one pair, decoding at least 3072 tokens a row (512
 #          by default), so that where a row's rounds fall in the text moves
 #          the rows less (speculative_gpu_ACC.json; about 300 s a pair).
@@ -29,9 +29,11 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd) PYTHONUNBUFFERED=1 HF_HUB_OF
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$out/gpu.csv"
 read_rows() {  # the plots, each row's rounds, and adaptive's gap to the best fixed k
-  python3 benchmarks/plot_speculative.py "$1"
-  python3 benchmarks/round_costs.py "$1" > "${1%.json}_round_costs.txt"
-  python3 benchmarks/adaptive_gap.py "$1" | tee "${1%.json}_adaptive_gap.txt"
+  {  # (a reader that fails leaves the report and the parts after it to run)
+    python3 benchmarks/plot_speculative.py "$1" &&
+      python3 benchmarks/round_costs.py "$1" > "${1%.json}_round_costs.txt" &&
+      python3 benchmarks/adaptive_gap.py "$1" | tee "${1%.json}_adaptive_gap.txt"
+  } || echo "reading $1 failed; the report is kept" >&2
 }
 pair() {  # the realistic-shape pair at acceptance about 0.9
   [ -f "$ckpt/pair-target/config.json" ] ||

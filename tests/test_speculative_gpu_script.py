@@ -38,7 +38,22 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return dict(json.loads(out.read_text()))
+    return {**json.loads(out.read_text()), "path": out}
+
+
+@pytest.mark.parametrize("reader", ["round_costs.py", "adaptive_gap.py"])
+def test_the_readers_of_a_report_read_it(report: dict, reader: str) -> None:
+    # benchmarks/gpu_speculation.sh runs them after each run, under set -e.
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / reader), str(report["path"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("pass 0") >= len(CONCURRENCY)  # a line per batch size at least
 
 
 def test_every_pinned_k_and_adaptive_is_timed_at_every_concurrency(report: dict) -> None:
