@@ -18,7 +18,7 @@ keep), and its E(k) is the mean of theirs.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from model_runtime.sampling import SamplingOptions
@@ -37,16 +37,15 @@ def acceptance_kind(options: SamplingOptions) -> str:
     return GREEDY if options.greedy else SAMPLED
 
 
-def mix_of(
-    kinds: Iterable[str], rooms: Iterable[int] | None, k_max: int
-) -> Counter[tuple[str, int]]:
+def mix_of(kinds: Sequence[str], rooms: Sequence[int] | None, k_max: int) -> Mix:
     """A batch's mix from its sequences' kinds and rooms (None: room for all
-    k_max drafts each)."""
-    if rooms is None:
-        return Counter((kind, k_max) for kind in kinds)
-    return Counter(
-        (kind, max(min(room - 1, k_max), 0)) for kind, room in zip(kinds, rooms, strict=True)
-    )
+    k_max drafts each). It is built every round on the round's path, so the
+    common batch, all with room for every draft, takes the short way."""
+    if rooms is not None and len(rooms) != len(kinds):
+        raise ValueError(f"a room for each kind: {len(kinds)} kinds, {len(rooms)} rooms")
+    if rooms is None or not rooms or min(rooms) > k_max:
+        return {(kind, k_max): count for kind, count in Counter(kinds).items()}
+    return Counter(zip(kinds, [max(min(room - 1, k_max), 0) for room in rooms], strict=True))
 
 
 @dataclass
@@ -109,6 +108,10 @@ class AcceptanceByKind:
         """[E(0), ..., E(k_max)] of a round over ``mix`` (None: pooled, no room limit)."""
         if not mix:
             return self.pooled.curve(self.k_max)
+        if len(mix) == 1:  # (the common batch: one kind, all with the same room)
+            ((kind, most),) = mix
+            curve = self.of(kind).curve(self.k_max)
+            return [curve[min(k, most)] for k in range(self.k_max + 1)]
         curves = {kind: self.of(kind).curve(self.k_max) for kind in {kind for kind, _ in mix}}
         n = sum(mix.values())
         return [

@@ -185,7 +185,8 @@ class KChooser:
         if whole is not None:
             whole.forget(before=round_number - self.config.forget_after)
         mix = mix_of(kinds, rooms, self.k_max) if kinds else None
-        free = mix_of(kinds, None, self.k_max) if kinds and rooms is not None else mix
+        roomy = not kinds or rooms is None or min(rooms) > self.k_max  # (mix is then free)
+        free = mix if roomy else mix_of(kinds, None, self.k_max)
         self._settled = self.best(batch, free)
         best = self._settled if free == mix else self.best(batch, mix)
         most = max(most for _, most in mix) if mix else self.k_max
@@ -210,8 +211,8 @@ class KChooser:
         unmeasured = self.draft_step_s.get(batch) is None or self.target_step_s.get(batch) is None
         if unmeasured or not self.acceptance.pooled.measured:
             return self.k_max
-        gains = self.acceptance.curve(mix)
-        rates = [gains[k] / max(self.price(batch, k), 1e-9) for k in range(self.k_max + 1)]
+        gains, prices = self.acceptance.curve(mix), self.prices(batch)
+        rates = [gain / max(price, 1e-9) for gain, price in zip(gains, prices, strict=True)]
         best = max(range(self.k_max + 1), key=rates.__getitem__)
         if self._settled == 0 and rates[best] < rates[0] * (1 + self.config.leave_zero):
             return 0
@@ -222,25 +223,38 @@ class KChooser:
         return self.expected_tokens(k, mix) / max(self.price(batch, k), 1e-9)
 
     def price(self, batch: int, k: int) -> float:
-        """Seconds a round of ``k`` drafts over ``batch`` sequences takes: as
-        measured whole, where such rounds have run; else the sum of its parts,
-        scaled as the nearest k measured whole at ``batch`` was to its own."""
-        whole = self.round_s.get(batch)
-        near = whole.nearest(k) if whole is not None else None
-        if whole is None or near is None:
-            return self._parts(batch, k)
-        if near == k:
-            return whole.get(k) or 0.0
-        return (
-            self._parts(batch, k) * (whole.get(near) or 0.0) / max(self._parts(batch, near), 1e-9)
-        )
+        """Seconds a round of ``k`` drafts over ``batch`` sequences takes."""
+        return self.prices(batch)[k]
 
-    def _parts(self, batch: int, k: int) -> float:
-        """A round's price from its parts: k draft steps, the verify over
+    def prices(self, batch: int) -> list[float]:
+        """Seconds a round of each k in 0..k_max over ``batch`` sequences takes:
+        as measured whole, where rounds of that k have run; else the sum of
+        its parts, scaled as the nearest k measured whole at ``batch`` was to
+        its own. (All at once: every round chooses from all of them.)"""
+        parts = self._parts(batch)
+        whole = self.round_s.get(batch)
+        if whole is None:
+            return parts
+        prices = []
+        for k, own in enumerate(parts):
+            near = whole.nearest(k)
+            if near is None:
+                prices.append(own)
+            elif near == k:
+                prices.append(whole.get(k) or 0.0)
+            else:
+                prices.append(own * (whole.get(near) or 0.0) / max(parts[near], 1e-9))
+        return prices
+
+    def _parts(self, batch: int) -> list[float]:
+        """Each k's price from its parts: k draft steps, the verify over
         batch * (k + 1) tokens and the engine's own work between rounds."""
-        verify = self.target_step_s.get(batch * (k + 1)) or 0.0
-        draft = (self.draft_step_s.get(batch) or 0.0) * k
-        return verify + draft + (self.between_s.get(batch) or 0.0)
+        draft = self.draft_step_s.get(batch) or 0.0
+        between = self.between_s.get(batch) or 0.0
+        return [
+            (self.target_step_s.get(batch * (k + 1)) or 0.0) + draft * k + between
+            for k in range(self.k_max + 1)
+        ]
 
     def expected_tokens(self, k: int, mix: Mix | None = None) -> float:
         """E(k) from the measured acceptance: the mean over ``mix``'s sequences

@@ -39,6 +39,23 @@ def test_without_rooms_every_sequence_can_keep_every_draft() -> None:
     assert mix_of([GREEDY, GREEDY], None, k_max=4) == {(GREEDY, 4): 2}
 
 
+def test_a_room_of_k_max_keeps_one_draft_fewer_and_one_more_keeps_them_all() -> None:
+    assert mix_of([GREEDY, GREEDY], [5, 4], k_max=4) == {(GREEDY, 4): 1, (GREEDY, 3): 1}
+    assert mix_of([GREEDY, SAMPLED], [5, 5], k_max=4) == {(GREEDY, 4): 1, (SAMPLED, 4): 1}
+
+
+def test_a_mix_needs_a_room_for_each_kind() -> None:
+    with pytest.raises(ValueError, match="a room for each kind: 2 kinds, 1 rooms"):
+        mix_of([GREEDY, GREEDY], [5], k_max=4)
+
+
+def test_a_batch_of_one_kind_gains_by_its_own_counts() -> None:
+    acceptance = halves(2)
+    for _ in range(50):
+        acceptance.observe(2, 2, SAMPLED, decay=0.95)  # sampled drafts always pass
+    assert acceptance.curve({(SAMPLED, 2): 3}) == pytest.approx([1.0, 2.0, 3.0])
+
+
 def test_drafts_past_a_sequences_room_gain_it_nothing() -> None:
     curve = halves(4).curve({(GREEDY, 2): 1})
     assert curve == pytest.approx([1.0, 1.5, 1.75, 1.75, 1.75])
