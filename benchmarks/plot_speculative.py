@@ -20,11 +20,6 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 
 def expected_tokens(alpha: float, k: int) -> float:
     """E = (1 - a^(k+1)) / (1 - a): tokens per round when each draft passes with chance a."""
@@ -54,6 +49,8 @@ def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
     for pair in report["pairs"]:
         for batch in sorted(target):
             rows = {r["k"]: r for r in pair["rows"] if r["batch"] == batch}
+            if not rows:  # (a run cut short before this batch size)
+                continue
             k = min(k for k in rows if isinstance(k, int) and k > 0)
             alpha = alpha_from(rows[k]["acceptance"] or 0.0, k)
             c = target[batch] / draft[batch]
@@ -100,8 +97,18 @@ def held_out(rows: list[dict[str, Any]], batch: int) -> tuple[int, float] | None
     return best, mean(pinned[best][1:])
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files (imported here: reading a report needs none)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_vs_k(points: list[dict[str, Any]], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     for p in (p for p in points if p["batch"] == 1):
         ks = [k for k in p["speedup"] if isinstance(k, int) and k > 0]
         line = ax.plot(ks, [p["speedup"][k] for k in ks], "o-",
@@ -118,7 +125,7 @@ def plot_vs_k(points: list[dict[str, Any]], path: Path) -> None:
 
 
 def plot_vs_concurrency(points: list[dict[str, Any]], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     for wanted in sorted({p["wanted"] for p in points}):
         mine = sorted((p for p in points if p["wanted"] == wanted), key=lambda p: p["batch"])
         batches = [p["batch"] for p in mine]
