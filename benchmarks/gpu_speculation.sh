@@ -3,7 +3,7 @@
 # few minutes:
 #
 #   bash benchmarks/gpu_speculation.sh OUTDIR [costs|speedup|grpc|all]
-#   bash benchmarks/gpu_speculation.sh OUTDIR long 0.9|0.8|0.6
+#   bash benchmarks/gpu_speculation.sh OUTDIR long 0.9|0.8|0.6 [CONCURRENCY...]
 #
 # costs:   the grammar masks of a verify round at batch 1-64 and acceptance
 #          with the draft constrained or free (grammar_masks.json), then the
@@ -16,13 +16,16 @@
 #          fixed k (speculative_gpu_round_costs.txt, ..._adaptive_gap.txt).
 # long:    the same for one pair, decoding at least 3072 tokens a row (512
 #          by default), so that where a row's rounds fall in the text moves
-#          the rows less (speculative_gpu_ACC.json; about 300 s a pair).
+#          the rows less (speculative_gpu_ACC[_CONCURRENCY].json). On an
+#          H100 the rows at concurrency 1 take 4 minutes and those at 4, 16
+#          and 64 together 2.5, after 4.5 of setting up: one call each,
+#          `long 0.8 1` and `long 0.8 4 16 64`.
 # grpc:    the same as three processes over gRPC on loopback, for the pair at
 #          about 0.9 and the bundled pair in bf16 (speculative_grpc_*.json).
 #
 # Checkpoints go to $CHECKPOINTS (made once per machine).
 set -euo pipefail
-out=${1:?usage: gpu_speculation.sh OUTDIR [costs|speedup|grpc|all] | long ACC}
+out=${1:?usage: gpu_speculation.sh OUTDIR [costs|speedup|grpc|all] | long ACC [CONCURRENCY...]}
 part=${2:-all}
 ckpt=${CHECKPOINTS:-/tmp/specserve-checkpoints}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd) PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -55,15 +58,17 @@ if [ "$part" = speedup ] || [ "$part" = all ]; then
   read_rows "$out/speculative_gpu.json"
 fi
 if [ "$part" = long ]; then
-  acc=${3:?usage: gpu_speculation.sh OUTDIR long 0.9|0.8|0.6}
+  acc=${3:?usage: gpu_speculation.sh OUTDIR long 0.9|0.8|0.6 [CONCURRENCY...]}
   case $acc in  # the scales found on the H200 for these acceptances
     0.9) scale=0.0010376 ;; 0.8) scale=0.0022583 ;; 0.6) scale=0.0055542 ;;
     *) echo "long: acceptance 0.9, 0.8 or 0.6, got $acc" >&2; exit 2 ;;
   esac
+  shift 3
+  name=speculative_gpu_$acc${1:+_$(IFS=_; echo "$*")}
   python3 benchmarks/speculative_gpu.py --checkpoints "$ckpt" --acceptance "$acc" \
-    --scales "$scale" --min-tokens 3072 --out "$out/speculative_gpu_$acc.json" 2>&1 |
-    tee "$out/speculative_gpu_$acc.log"
-  read_rows "$out/speculative_gpu_$acc.json"
+    --scales "$scale" --min-tokens 3072 ${1:+--concurrency "$@"} --out "$out/$name.json" 2>&1 |
+    tee "$out/$name.log"
+  read_rows "$out/$name.json"
 fi
 if [ "$part" = grpc ] || [ "$part" = all ]; then
   pair
