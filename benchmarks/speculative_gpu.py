@@ -19,7 +19,9 @@ The theory uses E = (1 - a^(k+1)) / (1 - a) with a the acceptance measured
 at k = 1. ``--draft-shape`` sets the draft's width (Qwen3-0.6B's by
 default; ``target`` for the target's own). ``--seed-shapes`` adds the
 Qwen3-0.6B-shape draft beside the target (random: acceptance 0, so it prices
-rounds only). The realistic pair needs a GPU; ``--bundled`` runs on the CPU
+rounds only). The report is written after every row, its pair's
+``complete`` false until its last row and the check of its outputs, so a
+call that runs out of time keeps what it timed. The realistic pair needs a GPU; ``--bundled`` runs on the CPU
 too, slowly, which is how the tests check this script end to end.
 """
 
@@ -30,6 +32,7 @@ import gc
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +99,7 @@ def engine_rows(
     text: bool = False,
     repeats: int = 2,
     min_tokens: int = MIN_TOKENS,
+    keep: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Tokens/s and acceptance at every concurrency for k adaptive and pinned
     to each of ``ks``: the median of ``repeats`` passes over all of them (a
@@ -103,7 +107,8 @@ def engine_rows(
     a single row's noise), and adaptive's first pass apart (``adaptive-first``,
     while it still learns: its chooser sees only its own rounds, as a
     server's would). Pinned rows run k as a fixed setting would, timing
-    nothing (``Fixed``); adaptive rows pay for the rounds they time."""
+    nothing (``Fixed``); adaptive rows pay for the rounds they time. ``keep``
+    is given the rows so far after each run (a run cut short keeps them)."""
     assert llm.engine.rounds.chooser is not None, "the speculative LLM must choose k adaptively"
     # Compile and capture every shape before timing any: each k, and adaptive
     # rounds (whose k changes, and the draft's catch-up with it).
@@ -121,6 +126,8 @@ def engine_rows(
         row, tokens = engine_row(llm, batch, max_tokens, text, min_tokens)
         runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
         outputs.setdefault((name, batch), tokens)
+        if keep is not None:  # (before the row is printed: it is kept once it is seen)
+            keep([median_run(found) for found in runs.values()])
         print(json.dumps(runs[name, batch][-1]), flush=True)
     rows = [median_run(found) for found in runs.values()]
     found = [outputs[r["k"], r["batch"]] for r in rows]
@@ -180,13 +187,14 @@ def speculative(
     text: bool = False,
     repeats: int = 2,
     min_tokens: int = MIN_TOKENS,
+    keep: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
     llm = frozen(LLM(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
     ))  # fmt: skip
-    rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats, min_tokens)
+    rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats, min_tokens, keep)
     del llm
     free()
     return rows
@@ -195,7 +203,7 @@ def speculative(
 def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
     """Calibrate every scale first, then write and run the target at each in
     turn (the pair stays in memory meanwhile: one target on disk at a time);
-    each pair's rows go into ``report["pairs"]`` as they finish."""
+    each pair's rows go into ``report["pairs"]`` as they are timed."""
     tokenizer = bundled_tokenizer()
     width = None if args.draft_shape == "target" else SHAPES[args.draft_shape]
     eos = tokenizer.eos_token_id
@@ -214,12 +222,12 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
             report["target_only"] = alone(target_dir, *row)
             report["draft_only"] = alone(draft_dir, *row)
             write(report, args.out)
+        keep = kept(report, {"wanted_acceptance": wanted, "scale": scale}, args.out)
         rows = speculative(
             target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks,
-            False, args.repeats, args.min_tokens,
+            False, args.repeats, args.min_tokens, keep,
         )  # fmt: skip
-        report["pairs"].append({"wanted_acceptance": wanted, "scale": scale, "rows": rows})
-        write(report, args.out)
+        keep(rows, complete=True)
 
 
 def bundled_pair(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -228,8 +236,22 @@ def bundled_pair(args: argparse.Namespace, report: dict[str, Any]) -> None:
     conc, tokens, repeats, least = args.concurrency, args.max_tokens, args.repeats, args.min_tokens
     report["target_only"] = alone(target, conc, tokens, True, repeats, least)
     report["draft_only"] = alone(draft, conc, tokens, True, repeats, least)
-    rows = speculative(target, draft, conc, tokens, args.ks, True, repeats, least)
-    report["pairs"].append({"wanted_acceptance": None, "name": "bundled", "rows": rows})
+    keep = kept(report, {"wanted_acceptance": None, "name": "bundled"}, args.out)
+    keep(speculative(target, draft, conc, tokens, args.ks, True, repeats, least, keep), True)
+
+
+def kept(report: dict[str, Any], pair: dict[str, Any], out: Path | None) -> Callable[..., None]:
+    """A new pair in ``report``, and what writes its rows into it and the
+    report out: after every run (``complete`` false: a call that runs out
+    of time keeps what it timed) and once at the end."""
+    entry = {**pair, "rows": [], "complete": False}
+    report["pairs"].append(entry)
+
+    def keep(rows: list[dict[str, Any]], complete: bool = False) -> None:
+        entry.update(rows=rows, complete=complete)
+        write(report, out)
+
+    return keep
 
 
 def write(report: dict[str, Any], out: Path | None) -> None:

@@ -19,26 +19,47 @@ KS = [0, 2]
 CONCURRENCY = [1, 2]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    folder = tmp_path_factory.mktemp("speculative_gpu")
-    out = folder / "report.json"
-    command = [
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def command(folder: Path, out: Path) -> list[str]:
+    return [
         sys.executable, str(ROOT / "benchmarks" / "speculative_gpu.py"), "--bundled",
         "--checkpoints", str(folder), "--concurrency", *map(str, CONCURRENCY),
         "--ks", *map(str, KS), "--max-tokens", "8", "--min-tokens", "16",
         "--repeats", "1", "--out", str(out),
     ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("speculative_gpu")
+    out = folder / "report.json"
     result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+        command(folder, out), capture_output=True, text=True, timeout=300, cwd=ROOT, env=ENV
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return {**json.loads(out.read_text()), "path": out}
+
+
+def test_a_run_cut_short_keeps_the_rows_it_timed(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    with subprocess.Popen(
+        command(tmp_path, out), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=ROOT, env=ENV,
+    ) as run:  # fmt: skip
+        try:
+            assert run.stdout is not None
+            first = next(line for line in run.stdout if line.startswith('{"k"'))
+        finally:
+            run.kill()  # as a call's time limit kills it
+    pair = json.loads(out.read_text())["pairs"][0]
+    assert not pair["complete"]
+    assert [r["tokens_per_s"] for r in pair["rows"]] == [json.loads(first)["tokens_per_s"]]
+
+
+def test_a_run_that_finishes_says_its_pair_is_complete(report: dict) -> None:
+    assert report["pairs"][0]["complete"]
 
 
 @pytest.mark.parametrize("reader", ["round_costs.py", "adaptive_gap.py"])
