@@ -21,8 +21,9 @@ default; ``target`` for the target's own). ``--seed-shapes`` adds the
 Qwen3-0.6B-shape draft beside the target (random: acceptance 0, so it prices
 rounds only). The report is written after every row, its pair's
 ``complete`` false until its last row and the check of its outputs, so a
-call that runs out of time keeps what it timed. The realistic pair needs a GPU; ``--bundled`` runs on the CPU
-too, slowly, which is how the tests check this script end to end.
+call that runs out of time keeps what it timed. The realistic pair needs a
+GPU; ``--bundled`` runs on the CPU too, slowly, which is how the tests
+check this script end to end.
 """
 
 from __future__ import annotations
