@@ -203,6 +203,27 @@ def set_scale(target: PreTrainedModel, draft_layers: int, scale: float, base: di
                 weight.copy_(original * scale)
 
 
+def agreement(target: PreTrainedModel, draft: PreTrainedModel, ids: torch.Tensor) -> float:
+    """The share of positions of ``ids`` [batch, length] where both pick the same token greedily."""
+    with torch.no_grad():
+        return (target(ids).logits.argmax(-1) == draft(ids).logits.argmax(-1)).float().mean().item()
+
+
+def calibrate(
+    target: PreTrainedModel, draft: PreTrainedModel, layers: int, wanted: float, base: dict
+) -> float:
+    """The scale whose greedy agreement on random text is ``wanted`` (bisection)."""
+    ids = torch.randint(1000, 100000, (4, 256), device=target.device)
+    low, high = 0.0, 0.5
+    for _ in range(12):
+        middle = (low + high) / 2
+        set_scale(target, layers, middle, base)
+        low, high = (middle, high) if agreement(target, draft, ids) > wanted else (low, middle)
+    scale = (low + high) / 2
+    set_scale(target, layers, scale, base)
+    return scale
+
+
 def save_pair(
     out: Path,
     scale: float,

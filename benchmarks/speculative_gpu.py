@@ -44,6 +44,7 @@ from benchmarks.rows import Fixed, decode, engine_row, median_run, warm_up
 from benchmarks.shapes import (
     SHAPES,
     bundled_tokenizer,
+    calibrate,
     save,
     save_random_qwen3,
     set_scale,
@@ -55,24 +56,6 @@ from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
 
 K_MAX = 8
-
-
-def agreement(target: Any, draft: Any, ids: torch.Tensor) -> float:
-    with torch.no_grad():
-        return (target(ids).logits.argmax(-1) == draft(ids).logits.argmax(-1)).float().mean().item()
-
-
-def calibrate(target: Any, draft: Any, layers: int, wanted: float, base: dict) -> float:
-    """The scale whose greedy agreement on random text is ``wanted`` (bisection)."""
-    ids = torch.randint(1000, 100000, (4, 256), device=target.device)
-    low, high = 0.0, 0.5
-    for _ in range(12):
-        middle = (low + high) / 2
-        set_scale(target, layers, middle, base)
-        low, high = (middle, high) if agreement(target, draft, ids) > wanted else (low, middle)
-    scale = (low + high) / 2
-    set_scale(target, layers, scale, base)
-    return scale
 
 
 def frozen(llm: LLM) -> LLM:
