@@ -49,7 +49,7 @@ def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
     for pair in report["pairs"]:
         for batch in sorted(target):
             rows = {r["k"]: r for r in pair["rows"] if r["batch"] == batch}
-            if not rows:  # (a run cut short before this batch size)
+            if not complete_enough(rows):  # (a run cut short before or in it)
                 continue
             k = min(k for k in rows if isinstance(k, int) and k > 0)
             alpha = alpha_from(rows[k]["acceptance"] or 0.0, k)
@@ -58,6 +58,11 @@ def summary(report: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"wanted": pair["wanted_acceptance"], "batch": batch, "alpha": alpha,
                         "c": c, "speedup": speedup})  # fmt: skip
     return out
+
+
+def complete_enough(rows: dict[Any, dict[str, Any]]) -> bool:
+    """Whether a batch size's rows (by k) hold adaptive and a pinned k > 0."""
+    return "adaptive" in rows and any(isinstance(k, int) and k > 0 for k in rows)
 
 
 def from_choices(rows: list[dict[str, Any]], batch: int) -> list[tuple[float, float]]:
@@ -159,7 +164,9 @@ def main() -> None:
         print(f"{p['wanted']} batch {p['batch']}: adaptive / best fixed k (k = {best}) "
               f"{adaptive / fixed[best]:.3f}, / target-only {adaptive:.2f}")  # fmt: skip
     for pair in json.loads(args.report.read_text())["pairs"]:
-        for batch in sorted({r["batch"] for r in pair["rows"]}):
+        for batch in sorted(
+            {p["batch"] for p in points if p["wanted"] == pair["wanted_acceptance"]}
+        ):
             passes = from_choices(pair["rows"], batch)
             said = ", ".join(f"{rate:.0f} of {predicted:.0f}" for rate, predicted in passes)
             print(f"{pair['wanted_acceptance']} batch {batch}: adaptive, of its k's rate: {said}")

@@ -239,8 +239,11 @@ def kept(report: dict[str, Any], pair: dict[str, Any], out: Path | None) -> Call
 
 
 def write(report: dict[str, Any], out: Path | None) -> None:
+    """``report`` to ``out`` whole: a kill mid-write leaves the one before."""
     if out:
-        out.write_text(json.dumps(report, indent=1, default=str))
+        part = out.with_name(out.name + ".part")
+        part.write_text(json.dumps(report, indent=1, default=str))
+        part.replace(out)
 
 
 def main() -> None:

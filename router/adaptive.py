@@ -224,6 +224,8 @@ class KChooser:
 
     def price(self, batch: int, k: int) -> float:
         """Seconds a round of ``k`` drafts over ``batch`` sequences takes."""
+        if not 0 <= k <= self.k_max:
+            raise ValueError(f"k must be in 0..{self.k_max}, got {k}")
         return self.prices(batch)[k]
 
     def prices(self, batch: int) -> list[float]:

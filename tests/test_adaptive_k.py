@@ -286,3 +286,9 @@ def test_with_the_defaults_no_probe_is_timed_so_each_is_measured_whole() -> None
     best = chooser.best(batch=1)
     probes = [r for r in range(1, 200) if chooser.choose(batch=1, round_number=r) != best]
     assert len(probes) > 8 and not [r for r in probes if chooser.timed(r)]
+
+
+@pytest.mark.parametrize("k", [-1, 6])
+def test_a_k_outside_0_to_k_max_has_no_price(k: int) -> None:
+    with pytest.raises(ValueError, match=r"k must be in 0\.\.5"):
+        KChooser(5).price(1, k)

@@ -23,13 +23,18 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_each_batch_sizes_speedups_are_over_target_only_at_that_size() -> None:
     rows = [row(1, 1, 150.0), row("adaptive", 1, 200.0), row(1, 4, 600.0)]
-    points = summary(report(rows))
+    points = summary(report([*rows, row("adaptive", 4, 450.0)]))
     assert [p["batch"] for p in points] == [1, 4]
     assert points[0]["speedup"] == {1: pytest.approx(1.5), "adaptive": pytest.approx(2.0)}
-    assert points[1]["speedup"] == {1: pytest.approx(2.0)}
+    assert points[1]["speedup"] == {1: pytest.approx(2.0), "adaptive": pytest.approx(1.5)}
     assert points[0]["c"] == pytest.approx(0.1)
 
 
 def test_a_batch_size_a_run_cut_short_never_reached_is_left_out() -> None:
     points = summary(report([row(1, 1, 150.0), row("adaptive", 1, 200.0)]))
     assert [p["batch"] for p in points] == [1]
+
+
+def test_a_batch_size_a_run_cut_short_in_is_left_out() -> None:
+    rows = [row(1, 1, 150.0), row("adaptive", 1, 200.0), row("adaptive-first", 4, 500.0)]
+    assert [p["batch"] for p in summary(report(rows))] == [1]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,14 @@ def test_a_run_cut_short_keeps_the_rows_it_timed(tmp_path: Path) -> None:
         command(tmp_path, out), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         cwd=ROOT, env=ENV,
     ) as run:  # fmt: skip
+        watchdog = threading.Timer(300, run.kill)  # (a run that hangs ends the read)
+        watchdog.start()
         try:
             assert run.stdout is not None
             first = next(line for line in run.stdout if line.startswith('{"k"'))
         finally:
             run.kill()  # as a call's time limit kills it
+            watchdog.cancel()
     pair = json.loads(out.read_text())["pairs"][0]
     assert not pair["complete"]
     assert [r["tokens_per_s"] for r in pair["rows"]] == [json.loads(first)["tokens_per_s"]]
