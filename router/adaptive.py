@@ -185,7 +185,7 @@ class KChooser:
         if whole is not None:
             whole.forget(before=round_number - self.config.forget_after)
         mix = mix_of(kinds, rooms, self.k_max) if kinds else None
-        roomy = not kinds or rooms is None or min(rooms) > self.k_max  # (mix is then free)
+        roomy = mix is None or all(most == self.k_max for _, most in mix)  # (mix is then free)
         free = mix if roomy else mix_of(kinds, None, self.k_max)
         self._settled = self.best(batch, free)
         best = self._settled if free == mix else self.best(batch, mix)
