@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from benchmarks.choices import tail_choices
 from benchmarks.prompts import MIN_TOKENS, prompts, timed_prompts
 from benchmarks.round_costs import Entry, round_log
 from benchmarks.stalls import stalls
@@ -70,28 +71,34 @@ def engine_row(
     llm: LLM, batch: int, max_tokens: int, text: bool, min_tokens: int = MIN_TOKENS
 ) -> tuple[dict[str, Any], list[list[int]]]:
     """One timed row: tokens/s, acceptance, rounds by k, the rounds' log
-    (benchmarks/round_costs.py), the forwards' counts and what may have
-    stalled a round (benchmarks/stalls.py)."""
+    (benchmarks/round_costs.py), the forwards' counts, what may have
+    stalled a round (benchmarks/stalls.py) and what an adaptive k saw in
+    the batches' tails (benchmarks/choices.py)."""
     warm_up(llm, batch, text)
     before, steps = llm.engine.metrics.copy(), step_counts(llm)
-    with stalls() as stalled:
+    chooser = llm.engine.rounds.chooser
+    assert chooser is not None, "a row's k is pinned or chosen by the engine's chooser"
+    with stalls() as stalled, tail_choices(chooser, batch) as choices:
         rate, tokens, log = decode(llm, batch, max_tokens, text, min_tokens)
     after = llm.engine.metrics.copy()
     drafted = after.num_draft_tokens - before.num_draft_tokens
     accepted = after.num_accepted_tokens - before.num_accepted_tokens
     rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
     row = {"tokens_per_s": rate, "acceptance": accepted / drafted if drafted else None,
-           "rounds_per_k": rounds, "round_costs": log, "stalls": stalled,
+           "rounds_per_k": rounds, "round_costs": log, "stalls": stalled, "tail_choices": choices,
            "steps": counts_since(steps, step_counts(llm))}  # fmt: skip
     return row, tokens
 
 
 def median_run(found: list[dict[str, Any]]) -> dict[str, Any]:
     """The first run's counts with the median tokens/s of all runs, each run's
-    tokens/s, rounds by k, rounds' log and stalls beside it (an adaptive run's choices vary)."""
+    tokens/s, rounds by k, rounds' log, stalls and tail choices beside it
+    (an adaptive run's choices vary)."""
     rates = [r["tokens_per_s"] for r in found]
-    first = {n: v for n, v in found[0].items() if n not in ("round_costs", "stalls")}
+    each = ("round_costs", "stalls", "tail_choices")
+    first = {n: v for n, v in found[0].items() if n not in each}
     return {**first, "tokens_per_s": statistics.median(rates), "runs_tokens_per_s": rates,
             "runs_rounds_per_k": [r["rounds_per_k"] for r in found],
             "runs_round_costs": [r["round_costs"] for r in found],
-            "runs_stalls": [r["stalls"] for r in found]}  # fmt: skip
+            "runs_stalls": [r["stalls"] for r in found],
+            "runs_tail_choices": [r.get("tail_choices", []) for r in found]}  # fmt: skip

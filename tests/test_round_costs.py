@@ -7,6 +7,7 @@ import gc
 
 import triton
 
+from benchmarks.choices import tail_choices
 from benchmarks.round_costs import round_log, split
 from benchmarks.rows import Fixed
 from benchmarks.stalls import collections, stalls
@@ -116,3 +117,35 @@ def test_collections_times_the_generations_asked_for_and_only_those() -> None:
         gc.collect()
     [young] = seen
     assert young["generation"] == 0 and young["s"] >= 0 and "where" not in young
+
+
+def test_the_tail_log_holds_each_choice_over_fewer_sequences_than_the_full_batch() -> None:
+    llm = make_llm()
+    chooser = llm.engine.rounds.chooser
+    assert chooser is not None and chooser.pinned is None
+    lengths = [8, 16, 24]  # the batch shrinks to 2, then 1
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
+    with tail_choices(chooser, full=3) as log:
+        llm.generate(PROMPTS, params, use_tqdm=False)
+    assert {entry[0] for entry in log} == {1, 2}
+    for _, k, least, most, measured, prices, gains in log:
+        assert 0 <= k <= 3
+        assert (least, most) == (None, None) or least <= most <= 24  # (None: rooms unknown)
+        assert len(prices) == len(gains) == 4 and set(measured) <= {0, 1, 2, 3}
+
+
+def test_no_choice_is_logged_while_k_is_pinned() -> None:
+    llm = make_llm()
+    llm.engine.rounds.chooser = Fixed(3, 2)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    with tail_choices(llm.engine.rounds.chooser, full=8) as log:
+        llm.generate(PROMPTS, params, use_tqdm=False)
+    assert log == []
+
+
+def test_the_chooser_is_left_as_it_was_after_the_tail_log() -> None:
+    chooser = make_llm().engine.rounds.chooser
+    assert chooser is not None
+    with tail_choices(chooser, full=4):
+        assert "choose" in vars(chooser)
+    assert "choose" not in vars(chooser)

@@ -94,6 +94,9 @@ def test_each_row_says_what_stalled_it_and_what_its_rounds_cost(report: dict) ->
     for row in report["pairs"][0]["rows"]:
         assert set(row["runs_stalls"][0]) == {"compiles", "full_collections", "cuda"}
         assert row["runs_round_costs"][0], row["k"]
+        # What adaptive k saw in the batches' tails; a pinned k chooses nothing.
+        pinned = not isinstance(row["k"], str)
+        assert not pinned or row["runs_tail_choices"] == [[]] * len(row["runs_stalls"])
 
 
 def test_each_speculative_row_is_checked_against_plain_decoding(report: dict) -> None:
