@@ -7,12 +7,20 @@ probing, against what the pinned rows measured at those sizes.
 
 One entry: [batch, k chosen, least room, most room, the k measured whole at
 the batch, ms a round of each k 0..k_max as priced, E(k) of the round's mix].
+Read beside what rounds drafted ahead cost in the pinned rows (their round
+logs, at every batch size their tails passed through):
+
+    PYTHONPATH=. python benchmarks/choices.py REPORT.json
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import statistics
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from router.acceptance import mix_of
@@ -58,3 +66,59 @@ def seen(
     gains = [round(g, 3) for g in chooser.acceptance.curve(mix)]
     least, most = (min(rooms), max(rooms)) if rooms else (None, None)
     return [batch, k, least, most, measured, prices, gains]
+
+
+def measured_ms(rows: list[dict[str, Any]]) -> dict[tuple[int, int], float]:
+    """Mean ms of a round drafted ahead by (batch size, k), over the pinned rows'
+    logs (a row of k = 0 drafts nothing ahead: its rounds all count)."""
+    totals: dict[tuple[int, int], list[float]] = {}
+    for row in rows:
+        if isinstance(row["k"], str):
+            continue
+        for log in row.get("runs_round_costs", []):
+            for size, k, ahead, n, seconds, *_ in log:
+                if ahead or not k:
+                    got = totals.setdefault((size, k), [0, 0.0])
+                    got[0], got[1] = got[0] + n, got[1] + seconds
+    return {key: 1e3 * s / n for key, (n, s) in totals.items()}
+
+
+def describe(choices: list[Choice], measured: dict[tuple[int, int], float]) -> list[str]:
+    """Per batch size: the k chosen, the k its prices and gains favour, and
+    its prices of each k against the pinned rows' (a ratio; - unmeasured)."""
+    by_size: dict[int, list[Choice]] = {}
+    for entry in choices:
+        by_size.setdefault(entry[0], []).append(entry)
+    said = []
+    for size, entries in sorted(by_size.items()):
+        chosen = " ".join(str(e[1]) for e in entries)
+        best = " ".join(
+            str(max(range(len(e[5])), key=lambda j: e[6][j] / e[5][j])) for e in entries
+        )
+        ratios = []
+        for k in range(len(entries[0][5])):
+            found = measured.get((size, k))
+            ratios.append(
+                f"{statistics.mean(e[5][k] for e in entries) / found:.2f}" if found else "-"
+            )
+        rooms = " ".join(f"{e[2]}-{e[3]}" for e in entries)
+        said.append(f"b{size}: chose {chosen}; priced best {best}; rooms {rooms}; "
+                    f"priced / pinned by k: {' '.join(ratios)}")  # fmt: skip
+    return said
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", type=Path)
+    args = parser.parse_args()
+    for pair in json.loads(args.report.read_text())["pairs"]:
+        measured = measured_ms(pair["rows"])
+        for row in pair["rows"]:
+            for i, choices in enumerate(row.get("runs_tail_choices", [])):
+                if choices:
+                    print(f"{pair['wanted_acceptance']} b{row['batch']} {row['k']} pass {i}:")
+                    print("\n".join("  " + line for line in describe(choices, measured)))
+
+
+if __name__ == "__main__":
+    main()

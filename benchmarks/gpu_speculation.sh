@@ -31,11 +31,12 @@ ckpt=${CHECKPOINTS:-/tmp/specserve-checkpoints}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(pwd) PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$out/gpu.csv"
-read_rows() {  # the plots, each row's rounds, and adaptive's gap to the best fixed k
+read_rows() {  # the plots, each row's rounds, adaptive's gap to the best fixed k, its tails
   {  # (a reader that fails leaves the report and the parts after it to run)
     python3 benchmarks/plot_speculative.py "$1" &&
       python3 benchmarks/round_costs.py "$1" > "${1%.json}_round_costs.txt" &&
-      python3 benchmarks/adaptive_gap.py "$1" | tee "${1%.json}_adaptive_gap.txt"
+      python3 benchmarks/adaptive_gap.py "$1" | tee "${1%.json}_adaptive_gap.txt" &&
+      python3 benchmarks/choices.py "$1" > "${1%.json}_tail_choices.txt"
   } || echo "reading $1 failed; the report is kept" >&2
 }
 pair() {  # the realistic-shape pair at acceptance about 0.9

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import triton
 
-from benchmarks.choices import tail_choices
+from benchmarks.choices import describe, measured_ms, tail_choices
 from benchmarks.round_costs import round_log, split
 from benchmarks.rows import Fixed
 from benchmarks.stalls import collections, stalls
@@ -149,3 +150,16 @@ def test_the_chooser_is_left_as_it_was_after_the_tail_log() -> None:
     with tail_choices(chooser, full=4):
         assert "choose" in vars(chooser)
     assert "choose" not in vars(chooser)
+
+
+def test_the_tail_reader_lays_each_size_s_prices_beside_the_pinned_rows() -> None:
+    # Pinned k = 1 and k = 2 rounds at batch 3 took 10 and 20 ms; adaptive priced them 12 and 10.
+    pinned = [{"k": k, "runs_round_costs": [[[3, k, 1, 2, ms * 2e-3, 8, ms * 1e-3]]]}
+              for k, ms in ((1, 10.0), (2, 20.0))]  # fmt: skip
+    measured = measured_ms(
+        [*pinned, {"k": "adaptive", "runs_round_costs": [[[3, 2, 1, 9, 1.0, 8]]]}]
+    )
+    assert measured == pytest.approx({(3, 1): 10.0, (3, 2): 20.0})
+    choices = [[3, 1, 4, 9, [1], [8.0, 12.0, 10.0], [1.0, 1.5, 1.8]]]
+    (line,) = describe(choices, measured)
+    assert line == "b3: chose 1; priced best 2; rooms 4-9; priced / pinned by k: - 1.20 0.50"

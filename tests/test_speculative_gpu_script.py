@@ -69,16 +69,8 @@ def test_a_run_that_finishes_says_its_pair_is_complete(report: dict) -> None:
 @pytest.mark.parametrize("reader", ["round_costs.py", "adaptive_gap.py"])
 def test_the_readers_of_a_report_read_it(report: dict, reader: str) -> None:
     # benchmarks/gpu_speculation.sh runs them after each run, under set -e.
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / reader), str(report["path"])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.count("pass 0") >= len(CONCURRENCY)  # a line per batch size at least
+    said = read(report, reader)
+    assert said.count("pass 0") >= len(CONCURRENCY)  # a line per batch size at least
 
 
 def test_every_pinned_k_and_adaptive_is_timed_at_every_concurrency(report: dict) -> None:
@@ -110,3 +102,25 @@ def test_the_report_has_the_step_costs_and_how_the_heap_stood(report: dict) -> N
     assert report["device"] == "cpu"
     assert report["frozen_at_start"] == 0  # nothing froze the heap before the script
     assert report["python"] == sys.version.split()[0]
+
+
+def test_the_tail_reader_says_each_adaptive_pass_that_chose_in_a_tail(report: dict) -> None:
+    said = read(report, "choices.py")
+    rows = report["pairs"][0]["rows"]
+    passes = sum(bool(choices) for row in rows for choices in row["runs_tail_choices"])
+    assert said.count(" pass ") == passes
+    assert said.count("priced / pinned") >= passes
+
+
+def read(report: dict, reader: str) -> str:
+    """What ``reader`` (in benchmarks/) says of the report."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / reader), str(report["path"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
