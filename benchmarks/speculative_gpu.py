@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from benchmarks.prompts import MIN_TOKENS, prompts
+from benchmarks.report import Timeline, kept, write
 from benchmarks.rows import Fixed, decode, engine_row, median_run, warm_up
 from benchmarks.shapes import (
     SHAPES,
@@ -184,7 +185,7 @@ def speculative(
     return rows
 
 
-def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
+def realistic_pairs(args: argparse.Namespace, report: dict[str, Any], timeline: Timeline) -> None:
     """Calibrate every scale first, then write and run the target at each in
     turn (the pair stays in memory meanwhile: one target on disk at a time);
     each pair's rows go into ``report["pairs"]`` as they are timed."""
@@ -192,21 +193,26 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
     width = None if args.draft_shape == "target" else SHAPES[args.draft_shape]
     eos = tokenizer.eos_token_id
     target, draft = speculative_pair(SHAPES["qwen3-8b"], args.draft_layers, eos, draft_shape=width)
+    timeline.mark("pair built")
     draft_dir = save(draft, args.checkpoints / "pair-draft", tokenizer)
     base: dict = {}
     scales = args.scales or [
         calibrate(target, draft, args.draft_layers, a, base) for a in args.acceptance
     ]
+    timeline.mark("draft written, scales found")
     for wanted, scale in zip(args.acceptance, scales, strict=True):
         set_scale(target, args.draft_layers, scale, base)
         target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
-        print(f"acceptance {wanted}: scale {scale:.4f}", flush=True)
+        timeline.mark(f"acceptance {wanted}: scale {scale:.4f}, target written")
         if "target_only" not in report:  # the costs first: they do not depend on s
             row = (args.concurrency, args.max_tokens, False, args.repeats, args.min_tokens)
             report["target_only"] = alone(target_dir, *row)
+            timeline.mark("target alone timed")
             report["draft_only"] = alone(draft_dir, *row)
+            timeline.mark("draft alone timed")
             write(report, args.out)
-        keep = kept(report, {"wanted_acceptance": wanted, "scale": scale}, args.out)
+        pair = {"wanted_acceptance": wanted, "scale": scale}
+        keep = kept(report, pair, args.out, timeline)
         rows = speculative(
             target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks,
             False, args.repeats, args.min_tokens, keep,
@@ -214,36 +220,16 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any]) -> None:
         keep(rows, complete=True)
 
 
-def bundled_pair(args: argparse.Namespace, report: dict[str, Any]) -> None:
+def bundled_pair(args: argparse.Namespace, report: dict[str, Any], timeline: Timeline) -> None:
     """The bundled trained pair in bf16 on prompts of the code it was trained on."""
     target, draft = "specserve/demo-target", "specserve/demo-draft"
     conc, tokens, repeats, least = args.concurrency, args.max_tokens, args.repeats, args.min_tokens
     report["target_only"] = alone(target, conc, tokens, True, repeats, least)
+    timeline.mark("target alone timed")
     report["draft_only"] = alone(draft, conc, tokens, True, repeats, least)
-    keep = kept(report, {"wanted_acceptance": None, "name": "bundled"}, args.out)
+    timeline.mark("draft alone timed")
+    keep = kept(report, {"wanted_acceptance": None, "name": "bundled"}, args.out, timeline)
     keep(speculative(target, draft, conc, tokens, args.ks, True, repeats, least, keep), True)
-
-
-def kept(report: dict[str, Any], pair: dict[str, Any], out: Path | None) -> Callable[..., None]:
-    """A new pair in ``report``, and what writes its rows into it and the
-    report out: after every run (``complete`` false: a call that runs out
-    of time keeps what it timed) and once at the end."""
-    entry = {**pair, "rows": [], "complete": False}
-    report["pairs"].append(entry)
-
-    def keep(rows: list[dict[str, Any]], complete: bool = False) -> None:
-        entry.update(rows=rows, complete=complete)
-        write(report, out)
-
-    return keep
-
-
-def write(report: dict[str, Any], out: Path | None) -> None:
-    """``report`` to ``out`` whole: a kill mid-write leaves the one before."""
-    if out:
-        part = out.with_name(out.name + ".part")
-        part.write_text(json.dumps(report, indent=1, default=str))
-        part.replace(out)
 
 
 def main() -> None:
@@ -275,10 +261,11 @@ def main() -> None:
         "frozen_at_start": gc.get_freeze_count(),  # frozen before this script froze anything
     }  # fmt: skip
     report["pairs"] = []
+    timeline = Timeline(report)
     if args.bundled:
-        bundled_pair(args, report)
+        bundled_pair(args, report, timeline)
     else:
-        realistic_pairs(args, report)
+        realistic_pairs(args, report, timeline)
     conc, tokens = args.concurrency, args.max_tokens
     if args.seed_shapes:
         small = args.checkpoints / "qwen3-0.6b"

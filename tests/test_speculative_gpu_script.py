@@ -104,6 +104,16 @@ def test_the_report_has_the_step_costs_and_how_the_heap_stood(report: dict) -> N
     assert report["python"] == sys.version.split()[0]
 
 
+def test_the_report_says_when_each_step_and_each_row_was_done(report: dict) -> None:
+    steps = [step for step, _ in report["timeline"]]
+    rows = sum(len(row["runs_tokens_per_s"]) for row in report["pairs"][0]["rows"])
+    assert steps == [
+        "target alone timed", "draft alone timed", *["pair 1: a row"] * rows, "pair 1: done"
+    ]  # fmt: skip
+    seconds = [s for _, s in report["timeline"]]
+    assert seconds == sorted(seconds) and seconds[0] > 0
+
+
 def test_the_tail_reader_says_each_adaptive_pass_that_chose_in_a_tail(report: dict) -> None:
     said = read(report, "choices.py")
     rows = report["pairs"][0]["rows"]
