@@ -12,8 +12,10 @@
 # speedup: speedup over target-only against k and concurrency, k pinned and
 #          adaptive, for the pair at acceptance about 0.8, 0.9 and 0.6 with
 #          the scales found on the H200 (speculative_gpu.json), then the plots,
-#          each row's rounds and where adaptive's time goes beside the best
-#          fixed k (speculative_gpu_round_costs.txt, ..._adaptive_gap.txt).
+#          each row's rounds, where adaptive's time goes beside the best
+#          fixed k and what it saw when it chose in the batches' tails
+#          (speculative_gpu_round_costs.txt, ..._adaptive_gap.txt,
+#          ..._tail_choices.txt).
 # long:    the same for one pair, decoding at least 3072 tokens a row (512
 #          by default), so that where a row's rounds fall in the text moves
 #          the rows less (speculative_gpu_ACC[_CONCURRENCY].json). On an

@@ -45,12 +45,12 @@ def round_log(rounds: Rounds) -> Iterator[list[Entry]]:
             totals[key][2] += sum(s.num_tokens for s in seqs) - before
             state["last"] = None
 
-    def logged_run(running: list[SequenceState]) -> list:
+    def logged_run(running: list[SequenceState], waiting: int = 0) -> list:
         settle()
         start, came = time.perf_counter(), state["came"]
         ahead, seqs = int(rounds.drafts_in_flight), list(running)
         before = sum(s.num_tokens for s in seqs)
-        shares = run(running)
+        shares = run(running, waiting)
         key = (len(seqs), state["k"], ahead)
         entry = totals.setdefault(key, [0, 0.0, 0, 0.0])
         took = state["came"] - (start if came is None else came)

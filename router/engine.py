@@ -220,7 +220,7 @@ class LLMEngine:
 
     def _round(self, finished: list[SequenceState]) -> None:
         """Draft and verify one round, and apply what comes back."""
-        shares = self.rounds.run(self.running)
+        shares = self.rounds.run(self.running, waiting=len(self.waiting))
         for share in shares:
             if isinstance(share.outputs, WorkerUnavailableError):
                 self.targets.lose(share.target, share.outputs)

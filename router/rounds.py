@@ -14,8 +14,12 @@ tokens it just gained, so the draft workers draft while the engine does its
 bookkeeping, publishes, admits and prepares the next verify, which then
 finds its drafts waiting. A sequence that finishes meanwhile (by a stop
 string) or is preempted or aborted had its drafts made for nothing; the
-drafter drops them (router/drafting.py). A sequence admitted meanwhile is
-drafted for in its first round, once what was sent ahead has come back.
+drafter drops them (router/drafting.py). Their k is chosen for the batch the
+next round will hold: the sequences that go on and as many waiting ones as
+take the places of those that end (none, in a closed batch's tail: pricing
+it at the size it had would price each k at a batch that no longer runs).
+A sequence admitted meanwhile is drafted for in its first round, once what
+was sent ahead has come back.
 When adaptive, every round whose drafts all came ahead, for sequences the
 draft lacked no more than a round leaves behind, is measured whole for the
 chooser: from the end of the round before to its own. Every few rounds (the
@@ -80,9 +84,10 @@ class Rounds:
         self._ended: _Ended | None = None
         self._ahead: _Ahead | None = None
 
-    def run(self, running: list[SequenceState]) -> list[Verified]:
+    def run(self, running: list[SequenceState], waiting: int = 0) -> list[Verified]:
         """Draft and verify one round (the verified shares); then send the
-        next round's drafts."""
+        next round's drafts, chosen for the sequences that go on and as many
+        of the ``waiting`` ones as take the places of those that end."""
         if self.overlap and self.k:
             shares, drafts = self._overlapped(running)
             self._note_drafted(shares, drafts)
@@ -122,7 +127,7 @@ class Rounds:
             self.chooser.observe_whole(len(seqs), k, seconds, round_number=number)
         sent = came
         if self.k:  # (a draft pool to send to)
-            self._send_ahead(shares)  # (drafting's own time, not the engine's between rounds)
+            self._send_ahead(shares, waiting)  # (drafting's own, not the engine's between rounds)
             sent = time.perf_counter()
             self._note_drafted(shares, drafts)
         self._ended = _Ended(len(seqs), came, sent)
@@ -209,9 +214,11 @@ class Rounds:
                     accepted = seq.num_tokens + out.num_accepted_drafts
                     seq.draft_cached = min(seq.draft_cached, accepted)
 
-    def _send_ahead(self, shares: list[Verified]) -> None:
+    def _send_ahead(self, shares: list[Verified], waiting: int) -> None:
         """Ask for the next round's drafts for the sequences that go on, cut from
-        the outputs' columns (router/ahead.py) before anything else reads them."""
+        the outputs' columns (router/ahead.py) before anything else reads them;
+        their k is chosen for the next round's batch: those that go on and
+        as many ``waiting`` sequences as take the places of those that end."""
         if self._timed(self._number + 1):
             return
         live = [
@@ -221,8 +228,8 @@ class Rounds:
         ]
         if not live:
             return
-        batch, kinds, rooms = _going_on(live)
-        if not batch:  # every sequence failed: each starts again
+        batch, kinds, rooms = _going_on(live, waiting)
+        if not batch:  # every sequence failed (each starts again), or all end and none waits
             return
         seeded = any(facts.seeded for facts, _ in live)
         k = self._choose(kinds, rooms, seeded, self._number + 1, batch)
@@ -248,13 +255,14 @@ class Rounds:
 
 
 def _going_on(
-    live: list[tuple[ShareFacts, VerifyColumns]],
+    live: list[tuple[ShareFacts, VerifyColumns]], waiting: int
 ) -> tuple[int, list[str], list[int] | None]:
-    """The next round's batch (the sequences that did not fail: those that
-    end are mostly replaced by sequences admitted meanwhile) and the kinds
-    and rooms (after this round's tokens) of those that surely go on: not
-    ended by their length or a stop token (all of them, rooms unknown, if
-    none goes on: the next round then holds only sequences admitted)."""
+    """The next round's batch (the sequences that did not fail, less those
+    that end and that no ``waiting`` sequence is admitted in place of: a
+    closed batch shrinks in its tail) and the kinds and rooms (after this
+    round's tokens) of those that surely go on: not ended by their length
+    or a stop token (all of them, rooms unknown, if none goes on: the next
+    round then holds only sequences admitted)."""
     batch, kinds, rooms, every = 0, [], [], []
     for facts, columns in live:
         end = 0
@@ -267,6 +275,7 @@ def _going_on(
             if goes_on(facts, i, gained, columns.token_ids[start:end]):
                 kinds.append(facts.kinds[i])
                 rooms.append(facts.room[i] - gained)
+    batch = min(batch, len(kinds) + waiting)
     return (batch, kinds, rooms) if kinds else (batch, every, None)
 
 

@@ -4,7 +4,7 @@ can keep, and the next round is chosen for the tokens they will have left."""
 from __future__ import annotations
 
 from router.adaptive import AdaptiveConfig, KChooser
-from specserve import SamplingParams
+from specserve import LLM, SamplingParams
 from tests.test_adaptive_rounds import make_llm
 
 
@@ -54,13 +54,32 @@ def test_the_next_round_is_chosen_with_the_rooms_its_sequences_will_have() -> No
     assert len(had) > 4 and [room for room in rooms if room > 1] == had  # (room 1: k = 0)
 
 
-def test_a_sequence_its_length_ends_is_left_out_of_the_next_rounds_mix() -> None:
-    llm = make_llm(adaptive_k=True)
+def ends_and_waits(llm: LLM, waiting: bool) -> list[tuple[int, list[int] | None]]:
+    """What a chooser was asked when one of two sequences ended by its length
+    (after 6 tokens, the other after 30), with a third prompt waiting for
+    a place or not."""
     chooser = KChooser(3, AdaptiveConfig(probe_every=10**9))
     asked = asked_of(chooser)
     llm.engine.rounds.chooser = chooser
     short, long = (SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (6, 30))
-    llm.generate(["def f(x):", "class A:"], [short, long], use_tqdm=False)
-    # The round the short one ended in: counted in the batch, not in the mix.
+    prompts, params = ["def f(x):", "class A:", "import os"], [short, long, long]
+    llm.generate(prompts[: 2 + waiting], params[: 2 + waiting], use_tqdm=False)
+    return asked
+
+
+def test_a_sequence_its_length_ends_leaves_a_closed_batch_smaller_for_the_next_round() -> None:
+    asked = ends_and_waits(make_llm(adaptive_k=True), waiting=False)
+    # The round the short one ended in chose the next round's k for the long one alone.
+    assert any(batch == 1 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
+    assert not any(batch == 2 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
+    assert all(room > 0 for _, rooms in asked for room in rooms or [])
+
+
+def test_a_sequence_that_ends_is_counted_in_the_next_batch_where_one_waits_for_its_place() -> None:
+    spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 3, "adaptive_k": True}
+    llm = LLM("specserve/demo-target", dtype="float32", max_model_len=256, max_num_seqs=2,
+              speculative_config=spec)  # fmt: skip
+    asked = ends_and_waits(llm, waiting=True)
+    # Counted in the batch (the waiting one takes its place), not in the mix.
     assert any(batch == 2 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
     assert all(room > 0 for _, rooms in asked for room in rooms or [])
