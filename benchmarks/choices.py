@@ -93,7 +93,7 @@ def describe(choices: list[Choice], measured: dict[tuple[int, int], float]) -> l
     for size, entries in sorted(by_size.items()):
         chosen = " ".join(str(e[1]) for e in entries)
         best = " ".join(
-            str(max(range(len(e[5])), key=lambda j: e[6][j] / e[5][j])) for e in entries
+            str(max(range(len(e[5])), key=lambda j: e[6][j] / max(e[5][j], 1e-9))) for e in entries
         )
         ratios = []
         for k in range(len(entries[0][5])):
