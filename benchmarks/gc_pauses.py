@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.prompts import prompts
+from benchmarks.prompts import Workload, prompts
 from benchmarks.rows import decode, warm_up
 from benchmarks.stalls import collections
 from model_runtime.heap import freeze_startup_heap
@@ -56,7 +56,8 @@ def measure(llm: LLM, state: str, args: argparse.Namespace, text: bool) -> dict[
     row["full_collection_ms"] = forced_ms(args.collections)
     warm_up(llm, args.batch, text)
     with collections((0, 1, 2)) as seen:
-        rates = [decode(llm, args.batch, args.max_tokens, text)[0] for _ in range(args.rows)]
+        work = Workload(args.max_tokens, text)
+        rates = [decode(llm, args.batch, work)[0] for _ in range(args.rows)]
     row["tokens_per_s"] = statistics.median(rates)
     row["collections"] = by_generation(seen)
     print(json.dumps(row), flush=True)

@@ -21,7 +21,8 @@
 #          the rows less (speculative_gpu_ACC[_CONCURRENCY].json). On an
 #          H100 the rows at concurrency 1 take 4 minutes and those at 4, 16
 #          and 64 together 2.5, after 4.5 of setting up: one call each,
-#          `long 0.8 1` and `long 0.8 4 16 64`.
+#          `long 0.8 1` and `long 0.8 4 16 64`. REFILL=1: each concurrency
+#          kept in flight, not closed batches (..._refill.json).
 # grpc:    the same as three processes over gRPC on loopback, for the pair at
 #          about 0.9 and the bundled pair in bf16 (speculative_grpc_*.json).
 #
@@ -67,9 +68,10 @@ if [ "$part" = long ]; then
     *) echo "long: acceptance 0.9, 0.8 or 0.6, got $acc" >&2; exit 2 ;;
   esac
   shift 3
-  name=speculative_gpu_$acc${1:+_$(IFS=_; echo "$*")}
+  name=speculative_gpu_$acc${1:+_$(IFS=_; echo "$*")}${REFILL:+_refill}
   python3 benchmarks/speculative_gpu.py --checkpoints "$ckpt" --acceptance "$acc" \
-    --scales "$scale" --min-tokens 3072 ${1:+--concurrency "$@"} --out "$out/$name.json" 2>&1 |
+    --scales "$scale" --min-tokens 3072 ${1:+--concurrency "$@"} ${REFILL:+--refill} \
+    --out "$out/$name.json" 2>&1 |
     tee "$out/$name.log"
   read_rows "$out/$name.json"
 fi

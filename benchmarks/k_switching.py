@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.prompts import prompts
+from benchmarks.prompts import Workload, prompts
 from benchmarks.rows import engine_row
 from router.adaptive import KChooser
 from specserve import LLM, SamplingParams
@@ -55,7 +55,7 @@ def rows(
     for p in range(passes):
         for name in names if p % 2 == 0 else names[::-1]:
             llm.engine.rounds.chooser = choosers[name]
-            row, _ = engine_row(llm, batch, max_tokens, text)
+            row, _ = engine_row(llm, batch, Workload(max_tokens, text))
             found[name].append(row)
             print(name, round(row["tokens_per_s"]), row["rounds_per_k"], flush=True)
     return [

@@ -3,6 +3,8 @@ bundled pair was trained on."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from benchmarks.shapes import bundled_tokenizer
@@ -19,6 +21,28 @@ MIN_TOKENS = 512
 MIN_BATCHES = 2  # batches a timed row decodes at least
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What a timed row decodes, at any concurrency: greedy outputs of
+    ``max_tokens`` each (EOS ignored), enough prompts for ``min_tokens`` new
+    tokens (``timed_prompts``), of random token ids or (``text``) of code.
+    The batches run one after another, closed: each waits for its last
+    sequence, so its tail runs at fewer sequences; ``refill`` keeps the
+    concurrency's count in flight instead, a new prompt taking the place of
+    each that ends, as a server under load does (one tail, the row's last)."""
+
+    max_tokens: int = 96
+    text: bool = False
+    min_tokens: int = MIN_TOKENS
+    refill: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.min_tokens < 1:
+            raise ValueError(f"min_tokens must be >= 1, got {self.min_tokens}")
+
+
 def prompts(batch: int, seed: int, text: bool = False) -> list[dict[str, list[int]]]:
     """``batch`` prompts of random token ids, or (``text``) of code the bundled
     pair was trained on, as token ids of its tokenizer."""
@@ -31,13 +55,11 @@ def prompts(batch: int, seed: int, text: bool = False) -> list[dict[str, list[in
     return [{"prompt_token_ids": row.tolist()} for row in ids]
 
 
-def timed_prompts(
-    batch: int, max_tokens: int, text: bool = False, min_tokens: int = MIN_TOKENS
-) -> list[list[dict]]:
+def timed_prompts(batch: int, work: Workload) -> list[list[dict]]:
     """The batches of ``batch`` prompts a row decodes one after another: enough
     for ``min_tokens`` new tokens, so that a row at concurrency 1 is not one
     prompt's luck (where its drafts happen to fall) and adaptive k's first
     rounds, which learn, are not most of it; and at least MIN_BATCHES, so
     that a row at high concurrency is not one batch's tail."""
-    repeats = max(-(-min_tokens // (batch * max_tokens)), MIN_BATCHES)
-    return [prompts(batch, 1 + r, text) for r in range(repeats)]
+    repeats = max(-(-work.min_tokens // (batch * work.max_tokens)), MIN_BATCHES)
+    return [prompts(batch, 1 + r, work.text) for r in range(repeats)]

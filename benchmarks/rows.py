@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
 from benchmarks.choices import tail_choices
-from benchmarks.prompts import MIN_TOKENS, prompts, timed_prompts
+from benchmarks.prompts import Workload, prompts, timed_prompts
 from benchmarks.round_costs import Entry, round_log
 from benchmarks.stalls import stalls
 from router.adaptive import KChooser
@@ -41,20 +43,37 @@ def warm_up(llm: LLM, batch: int, text: bool = False) -> None:
     llm.generate(prompts(batch, 0, text), params, use_tqdm=False)
 
 
-def decode(
-    llm: LLM, batch: int, max_tokens: int, text: bool = False, min_tokens: int = MIN_TOKENS
-) -> tuple[float, list[list[int]], list[Entry]]:
-    """Tokens/s of greedy decoding of the row's batches of prompts, the
-    tokens, and the rounds' log."""
-    params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+def decode(llm: LLM, batch: int, work: Workload) -> tuple[float, list[list[int]], list[Entry]]:
+    """Tokens/s of greedy decoding of the row's prompts, ``batch`` at a time
+    (closed batches, or refilled: ``Workload``), the tokens in the prompts'
+    order, and the rounds' log."""
+    params = SamplingParams(temperature=0, max_tokens=work.max_tokens, ignore_eos=True)
+    batches = timed_prompts(batch, work)
+    if work.refill:  # one call, the scheduler running at most ``batch`` of them
+        batches = [[p for asked in batches for p in asked]]
     tokens = []
-    with round_log(llm.engine.rounds) as log:
+    with round_log(llm.engine.rounds) as log, at_most(llm, batch if work.refill else None):
         start = time.perf_counter()
-        for asked in timed_prompts(batch, max_tokens, text, min_tokens):
+        for asked in batches:
             outs = llm.generate(asked, params, use_tqdm=False)
             tokens += [list(o.outputs[0].token_ids) for o in outs]
         rate = sum(map(len, tokens)) / (time.perf_counter() - start)
     return rate, tokens, log
+
+
+@contextmanager
+def at_most(llm: LLM, running: int | None) -> Iterator[None]:
+    """``llm``'s scheduler running at most ``running`` sequences while inside
+    (None: as it was built), waiting ones admitted as others end."""
+    scheduler = llm.engine.scheduler
+    built = scheduler.max_num_seqs
+    if running is not None and running > built:
+        raise ValueError(f"the LLM runs at most {built} sequences, not {running}")
+    scheduler.max_num_seqs = built if running is None else running
+    try:
+        yield
+    finally:
+        scheduler.max_num_seqs = built
 
 
 def step_counts(llm: LLM) -> dict[str, dict[str, float]]:
@@ -67,19 +86,17 @@ def counts_since(before: dict, after: dict) -> dict[str, dict[str, float]]:
     return {w: {n: round(after[w][n] - v, 4) for n, v in before[w].items()} for w in before}
 
 
-def engine_row(
-    llm: LLM, batch: int, max_tokens: int, text: bool, min_tokens: int = MIN_TOKENS
-) -> tuple[dict[str, Any], list[list[int]]]:
+def engine_row(llm: LLM, batch: int, work: Workload) -> tuple[dict[str, Any], list[list[int]]]:
     """One timed row: tokens/s, acceptance, rounds by k, the rounds' log
     (benchmarks/round_costs.py), the forwards' counts, what may have
     stalled a round (benchmarks/stalls.py) and what an adaptive k saw in
     the batches' tails (benchmarks/choices.py)."""
-    warm_up(llm, batch, text)
+    warm_up(llm, batch, work.text)
     before, steps = llm.engine.metrics.copy(), step_counts(llm)
     chooser = llm.engine.rounds.chooser
     assert chooser is not None, "a row's k is pinned or chosen by the engine's chooser"
     with stalls() as stalled, tail_choices(chooser, batch) as choices:
-        rate, tokens, log = decode(llm, batch, max_tokens, text, min_tokens)
+        rate, tokens, log = decode(llm, batch, work)
     after = llm.engine.metrics.copy()
     drafted = after.num_draft_tokens - before.num_draft_tokens
     accepted = after.num_accepted_tokens - before.num_accepted_tokens

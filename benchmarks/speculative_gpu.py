@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.prompts import MIN_TOKENS, prompts
+from benchmarks.prompts import MIN_TOKENS, Workload, prompts
 from benchmarks.report import Timeline, kept, write
 from benchmarks.rows import Fixed, decode, engine_row, median_run, warm_up
 from benchmarks.shapes import (
@@ -79,11 +79,9 @@ def free() -> None:
 def engine_rows(
     llm: LLM,
     concurrency: list[int],
-    max_tokens: int,
+    work: Workload,
     ks: list[int],
-    text: bool = False,
     repeats: int = 2,
-    min_tokens: int = MIN_TOKENS,
     keep: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Tokens/s and acceptance at every concurrency for k adaptive and pinned
@@ -100,15 +98,15 @@ def engine_rows(
     for k in [*ks, None]:
         llm.engine.rounds.chooser.pin(k)
         for batch in concurrency:
-            length = max_tokens if k is None else 4
+            length = work.max_tokens if k is None else 4
             params = SamplingParams(temperature=0, max_tokens=length)
-            llm.generate(prompts(batch, 2, text), params, use_tqdm=False)
+            llm.generate(prompts(batch, 2, work.text), params, use_tqdm=False)
     learner = KChooser(K_MAX)
     runs: dict[tuple[Any, int], list[dict[str, Any]]] = {}
     outputs: dict[tuple[Any, int], list[list[int]]] = {}
     for batch, name, k in schedule(concurrency, ks, repeats):
         llm.engine.rounds.chooser = learner if k is None else Fixed(K_MAX, k)
-        row, tokens = engine_row(llm, batch, max_tokens, text, min_tokens)
+        row, tokens = engine_row(llm, batch, work)
         runs.setdefault((name, batch), []).append({"k": name, "batch": batch, **row})
         outputs.setdefault((name, batch), tokens)
         if keep is not None:  # (before the row is printed: it is kept once it is seen)
@@ -116,7 +114,7 @@ def engine_rows(
         print(json.dumps(runs[name, batch][-1]), flush=True)
     rows = [median_run(found) for found in runs.values()]
     found = [outputs[r["k"], r["batch"]] for r in rows]
-    same_as_plain(llm, rows, found, max_tokens, text, min_tokens)
+    same_as_plain(llm, rows, found, work)
     return rows
 
 
@@ -137,26 +135,19 @@ def schedule(
     return order
 
 
-def rate(llm: LLM, batch: int, max_tokens: int, text: bool, min_tokens: int) -> float:
-    warm_up(llm, batch, text)
-    return decode(llm, batch, max_tokens, text, min_tokens)[0]
+def rate(llm: LLM, batch: int, work: Workload) -> float:
+    warm_up(llm, batch, work.text)
+    return decode(llm, batch, work)[0]
 
 
 def alone(
-    folder: Path | str,
-    concurrency: list[int],
-    max_tokens: int,
-    text: bool = False,
-    repeats: int = 2,
-    min_tokens: int = MIN_TOKENS,
+    folder: Path | str, concurrency: list[int], work: Workload, repeats: int = 2
 ) -> dict[int, float]:
     """Tokens/s of ``folder`` decoding alone at each concurrency (the median of ``repeats``)."""
     llm = frozen(
         LLM(str(folder), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency))
     )
-    runs = [
-        [rate(llm, b, max_tokens, text, min_tokens) for b in concurrency] for _ in range(repeats)
-    ]
+    runs = [[rate(llm, b, work) for b in concurrency] for _ in range(repeats)]
     rates = {b: statistics.median(r[i] for r in runs) for i, b in enumerate(concurrency)}
     del llm
     free()
@@ -167,11 +158,9 @@ def speculative(
     target: Path | str,
     draft: Path | str,
     concurrency: list[int],
-    max_tokens: int,
+    work: Workload,
     ks: list[int],
-    text: bool = False,
     repeats: int = 2,
-    min_tokens: int = MIN_TOKENS,
     keep: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     spec = {"model": str(draft), "num_speculative_tokens": K_MAX}
@@ -179,7 +168,7 @@ def speculative(
         str(target), dtype="bfloat16", max_model_len=1024, max_num_seqs=max(concurrency),
         speculative_config=spec,
     ))  # fmt: skip
-    rows = engine_rows(llm, concurrency, max_tokens, ks, text, repeats, min_tokens, keep)
+    rows = engine_rows(llm, concurrency, work, ks, repeats, keep)
     del llm
     free()
     return rows
@@ -189,7 +178,7 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any], timeline: 
     """Calibrate every scale first, then write and run the target at each in
     turn (the pair stays in memory meanwhile: one target on disk at a time);
     each pair's rows go into ``report["pairs"]`` as they are timed."""
-    tokenizer = bundled_tokenizer()
+    tokenizer, work = bundled_tokenizer(), workload(args, text=False)
     width = None if args.draft_shape == "target" else SHAPES[args.draft_shape]
     eos = tokenizer.eos_token_id
     target, draft = speculative_pair(SHAPES["qwen3-8b"], args.draft_layers, eos, draft_shape=width)
@@ -205,31 +194,33 @@ def realistic_pairs(args: argparse.Namespace, report: dict[str, Any], timeline: 
         target_dir = save(target, args.checkpoints / "pair-target", tokenizer)
         timeline.mark(f"acceptance {wanted}: scale {scale:.4f}, target written")
         if "target_only" not in report:  # the costs first: they do not depend on s
-            row = (args.concurrency, args.max_tokens, False, args.repeats, args.min_tokens)
-            report["target_only"] = alone(target_dir, *row)
+            report["target_only"] = alone(target_dir, args.concurrency, work, args.repeats)
             timeline.mark("target alone timed")
-            report["draft_only"] = alone(draft_dir, *row)
+            report["draft_only"] = alone(draft_dir, args.concurrency, work, args.repeats)
             timeline.mark("draft alone timed")
             write(report, args.out)
         pair = {"wanted_acceptance": wanted, "scale": scale}
         keep = kept(report, pair, args.out, timeline)
         rows = speculative(
-            target_dir, draft_dir, args.concurrency, args.max_tokens, args.ks,
-            False, args.repeats, args.min_tokens, keep,
-        )  # fmt: skip
+            target_dir, draft_dir, args.concurrency, work, args.ks, args.repeats, keep
+        )
         keep(rows, complete=True)
+
+
+def workload(args: argparse.Namespace, text: bool) -> Workload:
+    return Workload(args.max_tokens, text, args.min_tokens, args.refill)
 
 
 def bundled_pair(args: argparse.Namespace, report: dict[str, Any], timeline: Timeline) -> None:
     """The bundled trained pair in bf16 on prompts of the code it was trained on."""
     target, draft = "specserve/demo-target", "specserve/demo-draft"
-    conc, tokens, repeats, least = args.concurrency, args.max_tokens, args.repeats, args.min_tokens
-    report["target_only"] = alone(target, conc, tokens, True, repeats, least)
+    conc, repeats, work = args.concurrency, args.repeats, workload(args, text=True)
+    report["target_only"] = alone(target, conc, work, repeats)
     timeline.mark("target alone timed")
-    report["draft_only"] = alone(draft, conc, tokens, True, repeats, least)
+    report["draft_only"] = alone(draft, conc, work, repeats)
     timeline.mark("draft alone timed")
     keep = kept(report, {"wanted_acceptance": None, "name": "bundled"}, args.out, timeline)
-    keep(speculative(target, draft, conc, tokens, args.ks, True, repeats, least, keep), True)
+    keep(speculative(target, draft, conc, work, args.ks, repeats, keep), True)
 
 
 def main() -> None:
@@ -250,6 +241,10 @@ def main() -> None:
         "--min-tokens", type=int, default=MIN_TOKENS,
         help="new tokens a row decodes at least (benchmarks/prompts.py: its noise)",
     )  # fmt: skip
+    parser.add_argument(
+        "--refill", action="store_true",
+        help="keep each concurrency's count in flight, not closed batches (prompts.Workload)",
+    )  # fmt: skip
     parser.add_argument("--seed-shapes", action="store_true")
     parser.add_argument("--bundled", action="store_true", help="the bundled pair, in bf16")
     parser.add_argument("--out", type=Path)
@@ -266,14 +261,14 @@ def main() -> None:
         bundled_pair(args, report, timeline)
     else:
         realistic_pairs(args, report, timeline)
-    conc, tokens = args.concurrency, args.max_tokens
+    conc, work = args.concurrency, Workload(args.max_tokens)
     if args.seed_shapes:
         small = args.checkpoints / "qwen3-0.6b"
         if not (small / "config.json").exists():
             save_random_qwen3(small, "qwen3-0.6b")
-        report["seed_draft_only"] = alone(small, conc, tokens)
+        report["seed_draft_only"] = alone(small, conc, work)
         target = args.checkpoints / "pair-target"
-        report["seed_shapes"] = speculative(target, small, [1], tokens, args.ks)
+        report["seed_shapes"] = speculative(target, small, [1], work, args.ks)
     write(report, args.out)
     print(json.dumps({k: v for k, v in report.items() if k != "pairs"}, indent=1, default=str))
 

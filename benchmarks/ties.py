@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.prompts import MIN_TOKENS, timed_prompts
+from benchmarks.prompts import Workload, timed_prompts
 from specserve import LLM, SamplingParams
 
 
@@ -14,9 +14,7 @@ def same_as_plain(
     llm: LLM,
     rows: list[dict[str, Any]],
     outputs: list[list[list[int]]],
-    max_tokens: int,
-    text: bool = False,
-    min_tokens: int = MIN_TOKENS,
+    work: Workload,
 ) -> None:
     """Mark each row with the share of its sequences whose greedy tokens equal
     those of k = 0 (a plain target step every round) at the same concurrency,
@@ -32,7 +30,7 @@ def same_as_plain(
             continue
         same = [a == b for a, b in zip(out, plain[row["batch"]], strict=True)]
         row["same_tokens_as_k0"] = sum(same) / len(same)
-        batches = timed_prompts(row["batch"], max_tokens, text, min_tokens)
+        batches = timed_prompts(row["batch"], work)
         asked = [p for ps in batches for p in ps]
         parted = []
         for prompt, a, b in zip(asked, out, plain[row["batch"]], strict=True):

@@ -9,8 +9,9 @@ import pytest
 import triton
 
 from benchmarks.choices import describe, measured_ms, tail_choices
+from benchmarks.prompts import Workload
 from benchmarks.round_costs import round_log, split
-from benchmarks.rows import Fixed
+from benchmarks.rows import Fixed, decode
 from benchmarks.stalls import collections, stalls
 from specserve import LLM, SamplingParams
 
@@ -163,3 +164,37 @@ def test_the_tail_reader_lays_each_size_s_prices_beside_the_pinned_rows() -> Non
     choices = [[3, 1, 4, 9, [1], [8.0, 12.0, 10.0], [1.0, 1.5, 1.8]]]
     (line,) = describe(choices, measured)
     assert line == "b3: chose 1; priced best 2; rooms 4-9; priced / pinned by k: - 1.20 0.50"
+
+
+def test_a_refilled_row_runs_its_prompts_in_one_call_at_most_batch_at_a_time() -> None:
+    llm = make_llm()
+    llm.engine.rounds.chooser = Fixed(3, 2)
+    calls = []
+    generate = llm.generate
+    llm.generate = lambda asked, *a, **kw: calls.append(len(asked)) or generate(asked, *a, **kw)  # type: ignore[method-assign]
+    work = Workload(max_tokens=8, text=True, min_tokens=48, refill=True)  # 3 batches of 2
+    _, tokens, log = decode(llm, 2, work)
+    assert calls == [6] and len(tokens) == 6 and all(len(t) == 8 for t in tokens)
+    assert max(size for size, *_ in log) == 2  # a new prompt took each place that came free
+    assert llm.engine.scheduler.max_num_seqs == 256  # as built, after the row
+
+
+def test_a_refilled_row_decodes_what_closed_batches_decode() -> None:
+    llm = make_llm()
+    llm.engine.rounds.chooser = Fixed(3, 2)
+    closed = decode(llm, 2, Workload(max_tokens=8, text=True, min_tokens=48))[1]
+    assert (
+        decode(llm, 2, Workload(max_tokens=8, text=True, min_tokens=48, refill=True))[1] == closed
+    )
+
+
+def test_a_row_cannot_run_more_sequences_than_the_llm_was_built_for() -> None:
+    llm = make_llm()
+    with pytest.raises(ValueError, match="at most 256 sequences, not 300"):
+        decode(llm, 300, Workload(max_tokens=4, text=True, refill=True))
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "min_tokens"])
+def test_a_workload_of_no_tokens_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=f"{field} must be >= 1, got 0"):
+        Workload(**{field: 0})  # type: ignore[arg-type]

@@ -134,3 +134,15 @@ def read(report: dict, reader: str) -> str:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
+
+
+def test_a_refilled_run_keeps_each_concurrency_in_flight(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    run = [*command(tmp_path, out), "--refill"]
+    run[run.index("--concurrency") + 1 : run.index("--ks")] = ["2"]
+    result = subprocess.run(run, capture_output=True, text=True, timeout=300, cwd=ROOT, env=ENV)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["args"]["refill"] and report["pairs"][0]["complete"]
+    for row in report["pairs"][0]["rows"]:
+        assert max(size for size, *_ in row["runs_round_costs"][0]) == 2, row["k"]
