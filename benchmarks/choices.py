@@ -35,7 +35,7 @@ def tail_choices(chooser: KChooser, full: int) -> Iterator[list[Choice]]:
     inside (none while its k is pinned). Pricing again costs some
     microseconds a tail round, off the full batch's rounds."""
     log: list[Choice] = []
-    choose = chooser.choose
+    choose, own = chooser.choose, vars(chooser).get("choose")  # (own: another's wrapper)
 
     def logged(
         batch: int,
@@ -53,7 +53,10 @@ def tail_choices(chooser: KChooser, full: int) -> Iterator[list[Choice]]:
     try:
         yield log
     finally:
-        del chooser.choose
+        if own is None:
+            del chooser.choose
+        else:
+            chooser.choose = own  # type: ignore[method-assign]
 
 
 def seen(
@@ -84,8 +87,11 @@ def measured_ms(rows: list[dict[str, Any]]) -> dict[tuple[int, int], float]:
 
 
 def describe(choices: list[Choice], measured: dict[tuple[int, int], float]) -> list[str]:
-    """Per batch size: the k chosen, the k its prices and gains favour, and
-    its prices of each k against the pinned rows' (a ratio; - unmeasured)."""
+    """Per batch size: the k chosen, the k its prices and gains favour (which
+    the chosen one may differ from for reasons other than its prices: a
+    probe, the caution that leaving k = 0 takes, k_max before anything is
+    measured), and its prices of each k against the pinned rows' (a ratio;
+    - unmeasured)."""
     by_size: dict[int, list[Choice]] = {}
     for entry in choices:
         by_size.setdefault(entry[0], []).append(entry)

@@ -29,7 +29,9 @@ class Workload:
     The batches run one after another, closed: each waits for its last
     sequence, so its tail runs at fewer sequences; ``refill`` keeps the
     concurrency's count in flight instead, a new prompt taking the place of
-    each that ends, as a server under load does (one tail, the row's last)."""
+    each that ends, as a server under load does (one tail, the row's last;
+    the first ``batch`` start together, so places come free unevenly at
+    first)."""
 
     max_tokens: int = 96
     text: bool = False

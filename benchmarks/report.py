@@ -34,11 +34,12 @@ def kept(
     ``timeline``, where given."""
     entry = {**pair, "rows": [], "complete": False}
     report["pairs"].append(entry)
+    number = len(report["pairs"])
 
     def keep(rows: list[dict[str, Any]], complete: bool = False) -> None:
         entry.update(rows=rows, complete=complete)
         if timeline is not None:
-            timeline.mark(f"pair {len(report['pairs'])}: " + ("done" if complete else "a row"))
+            timeline.mark(f"pair {number}: " + ("done" if complete else "a row"))
         write(report, out)
 
     return keep

@@ -103,6 +103,7 @@ def engine_row(llm: LLM, batch: int, work: Workload) -> tuple[dict[str, Any], li
     rounds = [a - b for a, b in zip(after.rounds_per_k, before.rounds_per_k, strict=True)]
     row = {"tokens_per_s": rate, "acceptance": accepted / drafted if drafted else None,
            "rounds_per_k": rounds, "round_costs": log, "stalls": stalled, "tail_choices": choices,
+           "refill": work.refill,
            "steps": counts_since(steps, step_counts(llm))}  # fmt: skip
     return row, tokens
 

@@ -261,7 +261,7 @@ def main() -> None:
         bundled_pair(args, report, timeline)
     else:
         realistic_pairs(args, report, timeline)
-    conc, work = args.concurrency, Workload(args.max_tokens)
+    conc, work = args.concurrency, workload(args, text=False)
     if args.seed_shapes:
         small = args.checkpoints / "qwen3-0.6b"
         if not (small / "config.json").exists():

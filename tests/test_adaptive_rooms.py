@@ -54,32 +54,32 @@ def test_the_next_round_is_chosen_with_the_rooms_its_sequences_will_have() -> No
     assert len(had) > 4 and [room for room in rooms if room > 1] == had  # (room 1: k = 0)
 
 
-def ends_and_waits(llm: LLM, waiting: bool) -> list[tuple[int, list[int] | None]]:
-    """What a chooser was asked when one of two sequences ended by its length
-    (after 6 tokens, the other after 30), with a third prompt waiting for
-    a place or not."""
+def ends_and_waits(llm: LLM, waiting: bool) -> tuple[int, list[tuple[int, list[int] | None]]]:
+    """The batch a chooser was asked about when the first of two sequences
+    ended by its length (after 6 tokens, the other after 30), with a third
+    prompt waiting for a place or not; and all it was asked."""
     chooser = KChooser(3, AdaptiveConfig(probe_every=10**9))
     asked = asked_of(chooser)
     llm.engine.rounds.chooser = chooser
     short, long = (SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (6, 30))
     prompts, params = ["def f(x):", "class A:", "import os"], [short, long, long]
     llm.generate(prompts[: 2 + waiting], params[: 2 + waiting], use_tqdm=False)
-    return asked
+    # Until then both went on (two rooms); the first choice with one room was its round's.
+    ended = next(batch for batch, rooms in asked if rooms is not None and len(rooms) == 1)
+    assert all(room > 0 for _, rooms in asked for room in rooms or [])
+    return ended, asked
 
 
 def test_a_sequence_its_length_ends_leaves_a_closed_batch_smaller_for_the_next_round() -> None:
-    asked = ends_and_waits(make_llm(adaptive_k=True), waiting=False)
-    # The round the short one ended in chose the next round's k for the long one alone.
-    assert any(batch == 1 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
-    assert not any(batch == 2 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
-    assert all(room > 0 for _, rooms in asked for room in rooms or [])
+    ended, _ = ends_and_waits(make_llm(adaptive_k=True), waiting=False)
+    assert ended == 1  # the next round's k chosen for the long one alone
 
 
 def test_a_sequence_that_ends_is_counted_in_the_next_batch_where_one_waits_for_its_place() -> None:
     spec = {"model": "specserve/demo-draft", "num_speculative_tokens": 3, "adaptive_k": True}
     llm = LLM("specserve/demo-target", dtype="float32", max_model_len=256, max_num_seqs=2,
               speculative_config=spec)  # fmt: skip
-    asked = ends_and_waits(llm, waiting=True)
+    ended, asked = ends_and_waits(llm, waiting=True)
     # Counted in the batch (the waiting one takes its place), not in the mix.
-    assert any(batch == 2 and rooms is not None and len(rooms) == 1 for batch, rooms in asked)
-    assert all(room > 0 for _, rooms in asked for room in rooms or [])
+    assert ended == 2
+    assert any(batch == 1 for batch, _ in asked)  # (at the end, nothing waits)

@@ -149,7 +149,10 @@ def test_the_chooser_is_left_as_it_was_after_the_tail_log() -> None:
     chooser = make_llm().engine.rounds.chooser
     assert chooser is not None
     with tail_choices(chooser, full=4):
-        assert "choose" in vars(chooser)
+        outer = vars(chooser)["choose"]
+        with tail_choices(chooser, full=2):
+            assert vars(chooser)["choose"] is not outer
+        assert vars(chooser)["choose"] is outer
     assert "choose" not in vars(chooser)
 
 

@@ -86,6 +86,7 @@ def test_each_row_says_what_stalled_it_and_what_its_rounds_cost(report: dict) ->
     for row in report["pairs"][0]["rows"]:
         assert set(row["runs_stalls"][0]) == {"compiles", "full_collections", "cuda"}
         assert row["runs_round_costs"][0], row["k"]
+        assert row["refill"] is False  # closed batches, one after another
         # What adaptive k saw in the batches' tails; a pinned k chooses nothing.
         pinned = not isinstance(row["k"], str)
         assert not pinned or row["runs_tail_choices"] == [[]] * len(row["runs_stalls"])
@@ -114,12 +115,18 @@ def test_the_report_says_when_each_step_and_each_row_was_done(report: dict) -> N
     assert seconds == sorted(seconds) and seconds[0] > 0
 
 
-def test_the_tail_reader_says_each_adaptive_pass_that_chose_in_a_tail(report: dict) -> None:
-    said = read(report, "choices.py")
-    rows = report["pairs"][0]["rows"]
-    passes = sum(bool(choices) for row in rows for choices in row["runs_tail_choices"])
-    assert said.count(" pass ") == passes
-    assert said.count("priced / pinned") >= passes
+def test_the_tail_reader_reads_a_reports_tail_choices(tmp_path: Path) -> None:
+    # (The CPU run's batches are too short for a tail: a made-up report instead.)
+    pinned = {"k": 2, "batch": 4, "runs_round_costs": [[[3, 2, 1, 2, 0.04, 8, 0.02]]]}
+    choice = [3, 1, 2, 9, [1], [8.0, 12.0, 10.0], [1.0, 1.5, 1.8]]
+    adaptive = {"k": "adaptive", "batch": 4, "runs_tail_choices": [[], [choice]]}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps({"pairs": [{"wanted_acceptance": 0.8, "rows": [pinned, adaptive]}]}))
+    said = read({"path": path}, "choices.py").splitlines()
+    assert said == [
+        "0.8 b4 adaptive pass 1:",
+        "  b3: chose 1; priced best 2; rooms 2-9; priced / pinned by k: - - 0.50",
+    ]
 
 
 def read(report: dict, reader: str) -> str:
@@ -145,4 +152,5 @@ def test_a_refilled_run_keeps_each_concurrency_in_flight(tmp_path: Path) -> None
     report = json.loads(out.read_text())
     assert report["args"]["refill"] and report["pairs"][0]["complete"]
     for row in report["pairs"][0]["rows"]:
+        assert row["refill"], row["k"]  # (rows.decode refills: tests/test_round_costs.py)
         assert max(size for size, *_ in row["runs_round_costs"][0]) == 2, row["k"]
